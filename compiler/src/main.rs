@@ -1,1 +1,42 @@
-fn main() {}
+//! `slmcc`: the command-line driver.
+//!
+//! Parses the command line ([`cli`]), sets up logging, dispatches to a
+//! subcommand in [`commands`], and maps failures to exit codes: 0 success,
+//! 1 a check failed, 2 bad input or usage (with a one-line message).
+
+mod cli;
+mod commands;
+mod exit;
+
+use clap::Parser;
+
+fn main() {
+    let cli = cli::Cli::parse();
+    init_logging(cli.verbose);
+    let code = match commands::dispatch(cli.command) {
+        Ok(()) => 0,
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            failure.exit_code()
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Logs go to stderr through `tracing`; `SLMCC_LOG` (an env-filter string)
+/// overrides the level picked by `-v`.
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SLMCC_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

@@ -61,6 +61,23 @@ impl Dim {
         self.as_fixed().is_some()
     }
 
+    /// The constant term of the polynomial.
+    pub fn constant_term(&self) -> i64 {
+        self.terms.get(&Vec::new()).copied().unwrap_or(0)
+    }
+
+    /// True when every coefficient is non-negative, so the dim is `>= 0`
+    /// whatever (non-negative) sizes its symbols stand for.
+    pub fn is_nonnegative(&self) -> bool {
+        self.terms.values().all(|&c| c >= 0)
+    }
+
+    /// True when the dim is provably `> 0`: non-negative coefficients and a
+    /// positive constant term.
+    pub fn is_positive(&self) -> bool {
+        self.is_nonnegative() && self.constant_term() > 0
+    }
+
     /// True when the dim mentions the reserved unknown symbol.
     pub fn is_unknown(&self) -> bool {
         self.terms
@@ -138,7 +155,9 @@ impl Dim {
         let mut out: BTreeMap<Monomial, i64> = BTreeMap::new();
         for (mut mono, coef) in terms {
             mono.sort();
-            *out.entry(mono).or_insert(0) += coef;
+            // Wrapping: shape arithmetic on absurd constants must not panic.
+            let e = out.entry(mono).or_insert(0);
+            *e = e.wrapping_add(coef);
         }
         out.retain(|_, c| *c != 0);
         Dim { terms: out }
@@ -173,7 +192,11 @@ impl std::ops::Add for &Dim {
 impl std::ops::Neg for &Dim {
     type Output = Dim;
     fn neg(self) -> Dim {
-        Dim::from_terms(self.terms.iter().map(|(m, c)| (m.clone(), -c)))
+        Dim::from_terms(
+            self.terms
+                .iter()
+                .map(|(m, c)| (m.clone(), c.wrapping_neg())),
+        )
     }
 }
 
@@ -270,6 +293,16 @@ mod tests {
         assert!(x.div_exact(&Dim::fixed(3)).is_none());
         assert!(x.div_exact(&s("past")).is_none());
         assert_eq!(x.div_exact(&x).unwrap(), Dim::fixed(1));
+    }
+
+    #[test]
+    fn signs() {
+        let d = &s("seq") + &Dim::fixed(1);
+        assert_eq!(d.constant_term(), 1);
+        assert!(d.is_nonnegative() && d.is_positive());
+        assert!(s("seq").is_nonnegative() && !s("seq").is_positive());
+        assert!(!(&s("seq") - &Dim::fixed(1)).is_nonnegative());
+        assert!(Dim::fixed(0).is_nonnegative() && !Dim::fixed(0).is_positive());
     }
 
     #[test]

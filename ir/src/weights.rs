@@ -258,7 +258,7 @@ impl WeightStore {
         }
         let mut json = serde_json::to_vec(&serde_json::Value::Object(header))
             .expect("JSON of strings and numbers");
-        while json.len() % 8 != 0 {
+        while !json.len().is_multiple_of(8) {
             json.push(b' ');
         }
         let tmp = path.with_extension("tmp-write");

@@ -1,1 +1,22 @@
-//! placeholder
+//! The slmcc pass infrastructure and passes.
+//!
+//! A pass is a plain struct implementing [`Pass`]; [`registry::PASSES`] is
+//! the one list of every pass with its options; [`pipeline::parse_pipeline`]
+//! reads pipeline strings such as `shape-infer,const-fold{max-elements=64},dce`;
+//! [`runner::PassManager`] runs them with verification, IR dumps, timing,
+//! statistics and a bisect limit. Each pass lives in its own module under
+//! [`transforms`].
+
+pub mod facts;
+pub mod options;
+pub mod pass;
+pub mod pipeline;
+pub mod registry;
+pub mod runner;
+pub mod transforms;
+
+pub use options::{OptionKind, OptionSpec, PassOptions};
+pub use pass::{Pass, PassError, Statistics};
+pub use pipeline::{parse_pipeline, PipelineEntry};
+pub use registry::{create_pass, PassInfo, PASSES};
+pub use runner::{PassManager, PassRecord, PrintAfter, RunOptions};

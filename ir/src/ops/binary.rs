@@ -175,11 +175,15 @@ impl BinaryKind {
                 _ if a == b => Some(a.clone()),
                 _ => None,
             },
-            BinaryKind::Equal => match (a.as_fixed(), b.as_fixed()) {
-                (Some(x), Some(y)) => Some(Dim::fixed((x == y) as i64)),
-                _ if a == b => Some(Dim::fixed(1)),
-                _ => None,
-            },
+            // Symbols are sizes (>= 0), so `seq` vs `-1` is decidable.
+            BinaryKind::Equal => {
+                let diff = a - b;
+                match diff.as_fixed() {
+                    Some(d) => Some(Dim::fixed((d == 0) as i64)),
+                    None if diff.is_positive() || (-&diff).is_positive() => Some(Dim::fixed(0)),
+                    None => None,
+                }
+            }
             _ => None,
         }
     }
@@ -259,7 +263,9 @@ impl OpDef for Binary {
         let pairs = ia.iter().zip(&ib);
         let kind = self.kind;
         let out = if kind.is_logic() {
-            let (x, y) = (a.as_bool().unwrap_or(&[]), b.as_bool().unwrap_or(&[]));
+            let (Some(x), Some(y)) = (a.as_bool(), b.as_bool()) else {
+                bail!("`{}` needs bool operands", self.mnemonic());
+            };
             let f = |p: bool, q: bool| match kind {
                 BinaryKind::And => p && q,
                 BinaryKind::Or => p || q,
@@ -388,6 +394,28 @@ mod tests {
             out[0].dims_value().unwrap(),
             vec![&Dim::sym("seq") + &Dim::fixed(1)]
         );
+    }
+
+    #[test]
+    fn symbolic_dim_never_equals_negative_constant() {
+        let shape = Fact::with_value(
+            TensorType::fixed(DType::I64, &[2]),
+            Known::from_dims(vec![2], vec![Dim::sym("seq"), Dim::fixed(-1)]),
+        );
+        let m1 = Fact::with_value(
+            TensorType::fixed(DType::I64, &[1]),
+            Known::Tensor(Arc::new(Tensor::from_i64(vec![1], vec![-1]))),
+        );
+        let out = Binary::new(BinaryKind::Equal)
+            .infer(&[&shape, &m1])
+            .unwrap();
+        let v = out[0]
+            .value
+            .as_ref()
+            .unwrap()
+            .as_tensor(DType::Bool)
+            .unwrap();
+        assert_eq!(v.as_bool().unwrap(), &[false, true]);
     }
 
     #[test]

@@ -61,6 +61,16 @@ impl OpDef for Concat {
             bail!("`concat` takes at least 1 operand");
         };
         let axis = norm_axis(self.axis, first.rank())?;
+        for t in &inputs[1..] {
+            let same_rank = t.rank() == first.rank();
+            if !same_rank || (0..t.rank()).any(|i| i != axis && t.shape()[i] != first.shape()[i]) {
+                bail!(
+                    "`concat` operands disagree: {:?} vs {:?}",
+                    first.shape(),
+                    t.shape()
+                );
+            }
+        }
         let mut out_shape = first.shape().to_vec();
         out_shape[axis] = inputs.iter().map(|t| t.shape()[axis]).sum();
         let outer: usize = out_shape[..axis].iter().product();

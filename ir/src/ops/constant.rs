@@ -14,6 +14,9 @@ use crate::dtype::DType;
 use crate::shape::TensorType;
 use crate::tensor::{Tensor, TensorData};
 
+/// The largest constant the text form holds inline (larger data belongs in the weight store).
+pub const MAX_ELEMENTS: usize = 1 << 24;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Constant {
     pub ty: TensorType,
@@ -38,7 +41,7 @@ impl Constant {
 }
 
 /// The text form of one element.
-fn element_attr(t: &Tensor, i: usize) -> Attr {
+pub(crate) fn element_attr(t: &Tensor, i: usize) -> Attr {
     match t.data() {
         TensorData::F32(v) => Attr::Float(f32_as_f64(v[i])),
         TensorData::F16(v) => Attr::Float(f32_as_f64(v[i].to_f32())),
@@ -50,7 +53,7 @@ fn element_attr(t: &Tensor, i: usize) -> Attr {
 
 /// The `f64` whose shortest text is the shortest text of `v` (keeps `0.1f32`
 /// printing as `0.1`).
-fn f32_as_f64(v: f32) -> f64 {
+pub(crate) fn f32_as_f64(v: f32) -> f64 {
     if v.is_finite() {
         format!("{v:?}").parse().unwrap_or(v as f64)
     } else {
@@ -113,7 +116,15 @@ impl OpBuild for Constant {
         let Some(shape) = ty.shape.as_fixed() else {
             bail!("`constant` needs a static shape, got {}", ty.shape);
         };
-        let n: usize = shape.iter().product();
+        let n = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| {
+                OpError(format!(
+                    "`constant` of type {ty} is too large to hold inline"
+                ))
+            })?;
         let items = match attrs.raw("value")? {
             Attr::List(items) => items,
             scalar => vec![scalar; n],

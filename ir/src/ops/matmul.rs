@@ -78,6 +78,13 @@ impl OpDef for MatMul {
         };
         let mut ash = a.shape().to_vec();
         let mut bsh = b.shape().to_vec();
+        if ash.is_empty() || bsh.is_empty() {
+            bail!(
+                "`matmul` operands must have rank >= 1, got {:?} and {:?}",
+                a.shape(),
+                b.shape()
+            );
+        }
         if ash.len() == 1 {
             ash.insert(0, 1);
         }

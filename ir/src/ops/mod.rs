@@ -17,20 +17,36 @@ use std::sync::Arc;
 use crate::attr::{Attr, AttrError, Attrs};
 use crate::dim::Dim;
 use crate::shape::TensorType;
-use crate::tensor::Tensor;
+use crate::tensor::{ShapeMismatch, Tensor};
 
 pub mod binary;
 pub mod broadcast;
 pub mod cast;
 pub mod concat;
 pub mod constant;
+pub mod constant_of_shape;
+pub mod cum_sum;
+pub mod expand;
 pub mod gather;
+pub mod gather_elements;
+pub mod gather_nd;
 pub mod identity;
+pub mod layer_norm;
 pub mod matmul;
+pub mod range;
+pub mod reduce;
 pub mod reshape;
 pub mod shape_of;
+pub mod size;
+pub mod slice;
+pub mod softmax;
+pub mod split;
+pub mod squeeze;
+pub mod transpose;
+pub mod trilu;
 pub mod unary;
 pub mod unsqueeze;
+pub mod where_;
 
 /// Error from building, inferring or evaluating an op.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,6 +55,12 @@ pub struct OpError(pub String);
 
 impl From<AttrError> for OpError {
     fn from(e: AttrError) -> OpError {
+        OpError(e.to_string())
+    }
+}
+
+impl From<ShapeMismatch> for OpError {
+    fn from(e: ShapeMismatch) -> OpError {
         OpError(e.to_string())
     }
 }
@@ -210,6 +232,22 @@ define_ops! {
     Concat(concat::Concat),
     Gather(gather::Gather),
     Unsqueeze(unsqueeze::Unsqueeze),
+    Where(where_::Where),
+    Softmax(softmax::Softmax),
+    LayerNorm(layer_norm::LayerNorm),
+    Reduce(reduce::Reduce),
+    Transpose(transpose::Transpose),
+    Squeeze(squeeze::Squeeze),
+    Split(split::Split),
+    Slice(slice::Slice),
+    Expand(expand::Expand),
+    Size(size::Size),
+    ConstantOfShape(constant_of_shape::ConstantOfShape),
+    Range(range::Range),
+    CumSum(cum_sum::CumSum),
+    Trilu(trilu::Trilu),
+    GatherNd(gather_nd::GatherNd),
+    GatherElements(gather_elements::GatherElements),
 }
 
 /// Checks the input count against `min..=max`.
@@ -256,4 +294,82 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
         s[i] = s[i + 1] * shape[i + 1];
     }
     s
+}
+
+/// The dims of a static shape.
+pub fn static_dims(shape: &[usize]) -> Vec<Dim> {
+    shape.iter().map(|&d| Dim::fixed(d as i64)).collect()
+}
+
+/// The known value of a fact as dims (integer tensors only).
+pub fn known_dims(f: &Fact) -> Option<SymTensor> {
+    f.value.as_ref()?.as_dims()
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    //! Helpers shared by the op unit tests.
+
+    use super::*;
+    use crate::dtype::DType;
+
+    /// A fact with only a type.
+    pub fn fact(dtype: DType, dims: Vec<Dim>) -> Fact {
+        Fact::new(TensorType::new(dtype, dims))
+    }
+
+    /// An `i64` fact of the given shape with known (possibly symbolic) values.
+    pub fn known(shape: &[usize], values: Vec<Dim>) -> Fact {
+        let ty = TensorType::new(DType::I64, static_dims(shape));
+        Fact::with_value(ty, Known::from_dims(shape.to_vec(), values))
+    }
+
+    /// An `i64` fact of the given shape with known static values.
+    pub fn known_i64(shape: &[usize], values: &[i64]) -> Fact {
+        known(shape, values.iter().map(|&v| Dim::fixed(v)).collect())
+    }
+
+    /// A fact holding a concrete tensor.
+    pub fn known_tensor(t: Tensor) -> Fact {
+        let ty = TensorType::new(t.dtype(), static_dims(t.shape()));
+        Fact::with_value(ty, Known::Tensor(Arc::new(t)))
+    }
+
+    pub fn sym(name: &str) -> Dim {
+        Dim::sym(name)
+    }
+
+    pub fn d(v: i64) -> Dim {
+        Dim::fixed(v)
+    }
+
+    /// Evaluates an op on concrete tensors with no symbols bound.
+    pub fn eval(op: &impl OpDef, inputs: &[&Tensor]) -> Result<Vec<Tensor>, OpError> {
+        op.eval(inputs, &EvalCtx::default())
+    }
+
+    /// Evaluates and checks the result against inference on the same
+    /// concrete inputs (types agree; known values agree).
+    pub fn eval_checked(op: &impl OpDef, inputs: &[&Tensor]) -> Vec<Tensor> {
+        let out = eval(op, inputs).expect("eval");
+        let facts: Vec<Fact> = inputs.iter().map(|t| known_tensor((*t).clone())).collect();
+        let refs: Vec<&Fact> = facts.iter().collect();
+        let inferred = op.infer(&refs).expect("infer");
+        assert_eq!(inferred.len(), out.len(), "result count");
+        for (f, t) in inferred.iter().zip(&out) {
+            assert_eq!(f.ty, TensorType::new(t.dtype(), static_dims(t.shape())));
+            if let Some(v) = f.value.as_ref().and_then(|v| v.as_tensor(t.dtype())) {
+                assert_eq!(&*v, t, "inferred value");
+            }
+        }
+        out
+    }
+
+    /// Printing the attributes and building from them gives the same op.
+    pub fn assert_round_trip(op: impl Into<Op>, results: &[TensorType]) {
+        let op: Op = op.into();
+        let attrs = Attrs::from_pairs(op.attrs().into_iter().map(|(k, v)| (k.to_string(), v)));
+        let built = Op::build(op.mnemonic(), attrs, results).expect("build");
+        assert_eq!(built, op);
+    }
 }

@@ -1,0 +1,134 @@
+//! The command-line interface, as fixed by the design: `import`, `opt`,
+//! `compile`, `run`, `onnx-test`, `golden`, `report`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "slmcc",
+    version,
+    about = "A graph compiler for small language models on edge NPUs (RK3588 and kin)"
+)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); SLMCC_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Import an ONNX model and print (or write) its textual IR.
+    Import(ImportArgs),
+    /// Run a pass pipeline over textual IR.
+    #[command(after_long_help = opt_after_help())]
+    Opt(OptArgs),
+    /// Compile an ONNX model into a deployable package for a target.
+    Compile(CompileArgs),
+    /// Run a model or package on inputs and write its outputs.
+    Run(RunArgs),
+    /// Run ONNX backend-test directories and report pass/fail per test.
+    OnnxTest(OnnxTestArgs),
+    /// Record or check per-layer golden tensors.
+    Golden(GoldenArgs),
+    /// Print what a package contains: buckets, kernels, memory plan, estimates.
+    Report(ReportArgs),
+}
+
+fn opt_after_help() -> String {
+    format!(
+        "Passes:\n{}\nExample:\n  slmcc opt model.slm --passes shape-infer,const-fold,dce,cse --verify-each",
+        slmcc_passes::registry::describe_passes()
+    )
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// Write the IR here instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct OptArgs {
+    /// The textual IR to transform (`.slm`).
+    pub input: PathBuf,
+    /// The pipeline, e.g. `shape-infer,const-fold{max-elements=64},dce`.
+    #[arg(long, default_value = "")]
+    pub passes: String,
+    /// Print the IR after `all` passes, after those that `change` it, or after the named passes.
+    #[arg(long, value_name = "all|change|NAME")]
+    pub print_ir_after: Option<String>,
+    /// Run the verifier after every pass.
+    #[arg(long)]
+    pub verify_each: bool,
+    /// Print per-pass time and statistics on stderr.
+    #[arg(long)]
+    pub pass_stats: bool,
+    /// Run only the first N passes (to find which pass breaks a model).
+    #[arg(long, value_name = "N")]
+    pub bisect_limit: Option<usize>,
+    /// Write the result here instead of stdout.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompileArgs {
+    pub model: PathBuf,
+    #[arg(long, value_name = "cpu|rk3588")]
+    pub target: String,
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Sequence-length buckets, e.g. 128,256,512.
+    #[arg(long)]
+    pub buckets: Option<String>,
+    #[arg(long, value_name = "none|w8a8|w4a8")]
+    pub quant: Option<String>,
+    #[arg(long)]
+    pub passes: Option<String>,
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// An ONNX model or a package.
+    pub model: PathBuf,
+    #[arg(long, value_name = "reference|cpu|npu-sim")]
+    pub backend: Option<String>,
+    /// NAME=FILE.npy or NAME=FILE.pb
+    #[arg(long)]
+    pub input: Vec<String>,
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct OnnxTestArgs {
+    pub dirs: Vec<PathBuf>,
+    #[arg(long, value_name = "reference|cpu|npu-sim")]
+    pub backend: Option<String>,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct GoldenArgs {
+    /// `record` or `check`.
+    pub action: String,
+    /// Further arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub rest: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    pub package: PathBuf,
+}

@@ -1,0 +1,73 @@
+//! `slmcc opt`: parse textual IR, run a pipeline, print or write the result.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use slmcc_ir::text::{parse_module, print_module};
+use slmcc_passes::runner::format_stats;
+use slmcc_passes::{PassManager, PrintAfter, RunOptions};
+
+use crate::cli::OptArgs;
+use crate::exit::CmdResult;
+
+pub fn run(args: OptArgs) -> CmdResult {
+    let path = &args.input;
+    let src =
+        fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut module = parse_module(&src)
+        .map_err(|e| anyhow!("{}:{}:{}: {}", path.display(), e.line, e.col, e.message))?;
+    attach_weights(&mut module, path)?;
+
+    let print_ir_after = match &args.print_ir_after {
+        Some(text) => PrintAfter::parse(text)?,
+        None => PrintAfter::Never,
+    };
+    let options = RunOptions {
+        print_ir_after,
+        verify_each: args.verify_each,
+        bisect_limit: args.bisect_limit,
+    };
+    let mut pm = PassManager::parse(&args.passes, options)?;
+    let mut stderr = std::io::stderr().lock();
+    let records = pm
+        .run(&mut module, &mut stderr)
+        .with_context(|| format!("{}", path.display()))?;
+    if args.pass_stats {
+        let _ = write!(stderr, "{}", format_stats(&records));
+    }
+    let text = print_module(&module);
+    match &args.output {
+        Some(out) => write_atomically(out, text.as_bytes())?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// Attaches the weights file a module names, resolved beside the input file.
+/// A missing file is not an error for `opt`, which works on structure alone;
+/// a file that is present but disagrees with the declarations is.
+fn attach_weights(module: &mut slmcc_ir::Module, input: &Path) -> anyhow::Result<()> {
+    let Some(file) = module.weights.file.clone() else {
+        return Ok(());
+    };
+    let path = input.parent().unwrap_or(Path::new(".")).join(&file);
+    if !path.exists() {
+        tracing::info!(
+            "weights file {} not found; continuing without weight data",
+            path.display()
+        );
+        return Ok(());
+    }
+    module.weights.attach_file(&path)?;
+    Ok(())
+}
+
+/// Writes through a temporary file in the same folder, renamed into place,
+/// so a failure never leaves a half-written output.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("slmcc-partial");
+    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}

@@ -1,0 +1,234 @@
+//! End-to-end tests of the `slmcc` binary: exit codes, messages, outputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn slmcc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slmcc"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("run slmcc")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+const EXAMPLE: &str = "testdata/ir/attention_prologue.slm";
+const PIPELINE: &str = "shape-infer,const-fold,dce,cse";
+
+#[test]
+fn version_prints_the_compiler_version() {
+    let o = slmcc(&["--version"]);
+    assert!(o.status.success());
+    assert_eq!(
+        stdout(&o).trim(),
+        format!("slmcc {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn opt_runs_the_readme_pipeline() {
+    let o = slmcc(&["opt", EXAMPLE, "--passes", PIPELINE, "--verify-each"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("%tq = constant {value = [1, seq, 4, 32]} : i64[4]"),
+        "{out}"
+    );
+    assert!(!out.contains("gather"), "{out}");
+}
+
+#[test]
+fn pass_stats_and_print_ir_after() {
+    let o = slmcc(&[
+        "opt",
+        EXAMPLE,
+        "--passes",
+        PIPELINE,
+        "--pass-stats",
+        "--print-ir-after=dce",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("; ----- IR after dce (3/4) -----"), "{err}");
+    assert!(!err.contains("IR after cse"), "{err}");
+    assert!(err.contains("const-fold"), "{err}");
+    assert!(err.contains("nodes-folded=18"), "{err}");
+}
+
+#[test]
+fn print_ir_after_change_skips_passes_that_change_nothing() {
+    let o = slmcc(&[
+        "opt",
+        EXAMPLE,
+        "--passes",
+        "shape-infer,verify,const-fold,verify",
+        "--print-ir-after=change",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("IR after shape-infer (1/4)"), "{err}");
+    assert!(err.contains("IR after const-fold (3/4)"), "{err}");
+    assert!(!err.contains("IR after verify"), "{err}");
+}
+
+#[test]
+fn bisect_limit_skips_the_tail() {
+    let o = slmcc(&["opt", EXAMPLE, "--passes", PIPELINE, "--bisect-limit", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("BISECT: running pass (2) const-fold"), "{err}");
+    assert!(err.contains("BISECT: NOT running pass (3) dce"), "{err}");
+    // const-fold ran but dce did not: the folded bookkeeping is still there.
+    assert!(
+        stdout(&o).contains("%nq = constant {value = seq} : i64[]"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn output_file_is_written() {
+    let dir = std::env::temp_dir().join(format!("slmcc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("out.slm");
+    let o = slmcc(&[
+        "opt",
+        EXAMPLE,
+        "--passes",
+        PIPELINE,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    let text = std::fs::read_to_string(&out).unwrap();
+    // The written IR reads back and is already at a fixed point.
+    let again = slmcc(&[
+        "opt",
+        out.to_str().unwrap(),
+        "--passes",
+        PIPELINE,
+        "--verify-each",
+    ]);
+    assert_eq!(stdout(&again), text);
+}
+
+/// Runs `slmcc` and checks exit code 2 with a one-line message containing `want`.
+fn expect_bad_input(args: &[&str], want: &str) {
+    let o = slmcc(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: expected `{want}` in `{err}`");
+    assert!(err.starts_with("error: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&o).is_empty());
+}
+
+#[test]
+fn malformed_ir_is_rejected_with_position() {
+    expect_bad_input(
+        &["opt", "testdata/malformed/unknown_op.slm"],
+        "testdata/malformed/unknown_op.slm:3:10: ",
+    );
+    expect_bad_input(
+        &["opt", "testdata/malformed/undefined_value.slm"],
+        "testdata/malformed/undefined_value.slm:3:",
+    );
+    expect_bad_input(
+        &["opt", "testdata/malformed/truncated.slm"],
+        "truncated.slm:",
+    );
+    expect_bad_input(&["opt", "testdata/malformed/bad_dim.slm"], "bad_dim.slm:2:");
+    expect_bad_input(
+        &["opt", "testdata/no/such/file.slm"],
+        "cannot read testdata/no/such/file.slm",
+    );
+}
+
+#[test]
+fn bad_pipelines_are_rejected_with_valid_names() {
+    expect_bad_input(
+        &["opt", EXAMPLE, "--passes", "dce,frobnicate"],
+        "unknown pass `frobnicate` (valid passes: verify, shape-infer, const-fold, dce, cse)",
+    );
+    expect_bad_input(
+        &["opt", EXAMPLE, "--passes", "const-fold{bogus=1}"],
+        "unknown option `bogus` for pass `const-fold` (valid options: max-elements)",
+    );
+    expect_bad_input(
+        &["opt", EXAMPLE, "--passes", "dce cse"],
+        "expected `,` between passes",
+    );
+    expect_bad_input(
+        &["opt", EXAMPLE, "--print-ir-after", "nope"],
+        "--print-ir-after: unknown pass `nope`",
+    );
+}
+
+#[test]
+fn failing_pass_names_file_and_node() {
+    expect_bad_input(
+        &[
+            "opt",
+            "passes/filetests/shape-infer/error-names-node.slm",
+            "--passes",
+            "shape-infer",
+        ],
+        "error-names-node.slm: pass `shape-infer`: graph @main, node %b: `matmul`",
+    );
+}
+
+#[test]
+fn failed_output_leaves_nothing_behind() {
+    let dir = std::env::temp_dir().join(format!("slmcc-cli-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("never.slm");
+    let o = slmcc(&[
+        "opt",
+        "passes/filetests/shape-infer/error-names-node.slm",
+        "--passes",
+        "shape-infer",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn unimplemented_subcommands_say_so() {
+    for args in [
+        vec!["import", "m.onnx"],
+        vec!["compile", "m.onnx", "--target", "cpu"],
+        vec!["run", "m.onnx"],
+        vec!["onnx-test", "dir"],
+        vec!["golden", "check"],
+        vec!["report", "p.slmpkg"],
+    ] {
+        expect_bad_input(&args, "is not yet supported");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let o = slmcc(&["opt"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = slmcc(&["frobnicate"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -1,0 +1,128 @@
+//! The registry: one list of every pass, with its options and help.
+//!
+//! Adding a pass means adding one entry to [`PASSES`]. Unknown names are
+//! rejected with the list of valid ones.
+
+use crate::options::{OptionKind, OptionSpec, PassOptions};
+use crate::pass::{Pass, PassError};
+use crate::pipeline::PipelineEntry;
+use crate::transforms::{const_fold, cse, dce, shape_infer, verify};
+
+/// A registered pass: name, one-line summary, declared options and constructor.
+pub struct PassInfo {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub options: &'static [OptionSpec],
+    pub create: fn(&PassOptions) -> Box<dyn Pass>,
+}
+
+/// Every pass slmcc knows, in the order they usually run.
+pub static PASSES: &[PassInfo] = &[
+    PassInfo {
+        name: "verify",
+        summary: "check SSA form, types and weight references; change nothing",
+        options: &[],
+        create: |_| Box::new(verify::Verify),
+    },
+    PassInfo {
+        name: "shape-infer",
+        summary: "recompute every result type from the graph inputs, resolving `?` dims",
+        options: &[],
+        create: |_| Box::new(shape_infer::ShapeInfer),
+    },
+    PassInfo {
+        name: "const-fold",
+        summary: "replace results known at compile time (incl. symbolic shape values) by constants",
+        options: const_fold::OPTIONS,
+        create: |o| Box::new(const_fold::ConstFold::from_options(o)),
+    },
+    PassInfo {
+        name: "dce",
+        summary: "remove nodes whose results are never used",
+        options: &[],
+        create: |_| Box::new(dce::Dce),
+    },
+    PassInfo {
+        name: "cse",
+        summary: "merge nodes that apply the same op to the same operands",
+        options: &[],
+        create: |_| Box::new(cse::Cse),
+    },
+];
+
+/// The names of every registered pass.
+pub fn pass_names() -> Vec<&'static str> {
+    PASSES.iter().map(|p| p.name).collect()
+}
+
+/// Builds the pass an entry names, checking its options.
+pub fn create_pass(entry: &PipelineEntry) -> Result<Box<dyn Pass>, PassError> {
+    let Some(info) = PASSES.iter().find(|p| p.name == entry.name) else {
+        return Err(PassError::Pipeline(format!(
+            "unknown pass `{}` (valid passes: {})",
+            entry.name,
+            pass_names().join(", ")
+        )));
+    };
+    let options = PassOptions::resolve(info.name, info.options, &entry.options)?;
+    Ok((info.create)(&options))
+}
+
+/// A help text listing every pass with its options, for `--help` style output.
+pub fn describe_passes() -> String {
+    let mut out = String::new();
+    for p in PASSES {
+        out.push_str(&format!("  {:<14} {}\n", p.name, p.summary));
+        for o in p.options {
+            out.push_str(&format!(
+                "      {}={:<10} {} (default {})\n",
+                o.name,
+                match o.kind {
+                    OptionKind::Int => "<int>",
+                    OptionKind::Float => "<float>",
+                    OptionKind::Bool => "<bool>",
+                    OptionKind::Str => "<string>",
+                },
+                o.help,
+                o.default
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::parse_pipeline;
+
+    #[test]
+    fn every_pass_is_created_under_its_own_name() {
+        for p in PASSES {
+            let entry = PipelineEntry {
+                name: p.name.to_string(),
+                options: Vec::new(),
+            };
+            assert_eq!(create_pass(&entry).unwrap().name(), p.name);
+        }
+    }
+
+    #[test]
+    fn unknown_pass_lists_valid_names() {
+        let entry = &parse_pipeline("frobnicate").unwrap()[0];
+        let e = create_pass(entry).err().unwrap().to_string();
+        assert!(
+            e.starts_with("unknown pass `frobnicate` (valid passes: verify, shape-infer"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn names_are_kebab_case_and_unique() {
+        let names = pass_names();
+        for (i, n) in names.iter().enumerate() {
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c == '-'), "{n}");
+            assert!(!names[..i].contains(n), "{n} twice");
+        }
+    }
+}

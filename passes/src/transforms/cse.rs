@@ -1,0 +1,84 @@
+//! `cse`: common-subexpression elimination.
+
+use std::collections::HashMap;
+
+use slmcc_ir::{Attr, Module, OpDef, ValueId};
+
+use crate::pass::{Pass, PassError, Statistics};
+
+/// Merges nodes that apply the same op, with equal attributes, to the same
+/// operands: later duplicates are removed and their results replaced by the
+/// first node's. Every op is pure, so this never changes what the graph
+/// computes. Constants are merged too (same type, same value).
+///
+/// Requires: nodes in schedule order. Guarantees: no two nodes with the same
+/// key remain; statistic `nodes-removed`.
+pub struct Cse;
+
+/// The identity of a node for CSE: mnemonic, attributes, operands and result types.
+fn node_key(g: &slmcc_ir::Graph, n: &slmcc_ir::Node) -> String {
+    let attrs: Vec<String> =
+        n.op.attrs()
+            .into_iter()
+            .map(|(k, v): (&str, Attr)| format!("{k}={v}"))
+            .collect();
+    let types: Vec<String> = n.outputs.iter().map(|v| g.ty(*v).to_string()).collect();
+    format!(
+        "{} {:?} {{{}}} : {}",
+        n.op.mnemonic(),
+        n.inputs,
+        attrs.join(","),
+        types.join(",")
+    )
+}
+
+impl Pass for Cse {
+    fn name(&self) -> &'static str {
+        "cse"
+    }
+
+    fn run(&mut self, module: &mut Module, stats: &mut Statistics) -> Result<bool, PassError> {
+        let mut changed = false;
+        for g in &mut module.graphs {
+            let mut seen: HashMap<String, Vec<ValueId>> = HashMap::new();
+            let mut replace: HashMap<ValueId, ValueId> = HashMap::new();
+            let mut keep = Vec::with_capacity(g.nodes.len());
+            for i in 0..g.nodes.len() {
+                // Operands were rewritten before the key is taken, so chains
+                // of duplicates collapse in one sweep.
+                for v in &mut g.nodes[i].inputs {
+                    if let Some(r) = replace.get(v) {
+                        *v = *r;
+                    }
+                }
+                let key = node_key(g, &g.nodes[i]);
+                match seen.get(&key) {
+                    Some(first) => {
+                        for (dup, orig) in g.nodes[i].outputs.iter().zip(first) {
+                            replace.insert(*dup, *orig);
+                        }
+                        keep.push(false);
+                    }
+                    None => {
+                        seen.insert(key, g.nodes[i].outputs.clone());
+                        keep.push(true);
+                    }
+                }
+            }
+            for v in &mut g.outputs {
+                if let Some(r) = replace.get(v) {
+                    *v = *r;
+                }
+            }
+            let removed = keep.iter().filter(|k| !**k).count();
+            if removed > 0 {
+                let mut it = keep.iter();
+                g.nodes.retain(|_| *it.next().expect("one flag per node"));
+                g.compact();
+                changed = true;
+            }
+            stats.add("nodes-removed", removed as u64);
+        }
+        Ok(changed)
+    }
+}
