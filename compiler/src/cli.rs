@@ -99,33 +99,67 @@ pub struct CompileArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// An ONNX model or a package.
+    /// An ONNX model, textual IR (`.slm`, with its weights file), or a package.
     pub model: PathBuf,
-    #[arg(long, value_name = "reference|cpu|npu-sim")]
-    pub backend: Option<String>,
-    /// NAME=FILE.npy or NAME=FILE.pb
-    #[arg(long)]
+    #[arg(
+        long,
+        value_name = "reference|cpu|npu-sim",
+        default_value = "reference"
+    )]
+    pub backend: String,
+    /// An input as NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto); repeat per input.
+    #[arg(long, value_name = "NAME=FILE")]
     pub input: Vec<String>,
+    /// Write each output as NAME.npy here (otherwise print a summary).
     #[arg(long)]
     pub output_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub struct OnnxTestArgs {
+    /// Test folders (holding `model.onnx` and `test_data_set_N/`), or folders of them.
+    #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
-    #[arg(long, value_name = "reference|cpu|npu-sim")]
-    pub backend: Option<String>,
+    #[arg(
+        long,
+        value_name = "reference|cpu|npu-sim",
+        default_value = "reference"
+    )]
+    pub backend: String,
+    /// Run only the tests this file lists (one name per line, `#` comments),
+    /// looked up in the folders given; a listed test that is missing fails.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// Also write the results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 pub struct GoldenArgs {
-    /// `record` or `check`.
-    pub action: String,
-    /// Further arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
+    #[command(subcommand)]
+    pub action: GoldenAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GoldenAction {
+    /// Run each model on its golden inputs and compare every recorded layer.
+    Check(GoldenCheckArgs),
+    /// Record our own per-layer outputs as goldens (for bit-exact checks of quantized kernels).
+    Record(GoldenCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GoldenCheckArgs {
+    /// Golden folders (`goldens/<model>/` with `manifest.json`) or manifest files.
+    #[arg(required = true)]
+    pub goldens: Vec<PathBuf>,
+    #[arg(
+        long,
+        value_name = "reference|cpu|npu-sim",
+        default_value = "reference"
+    )]
+    pub backend: String,
 }
 
 #[derive(Args, Debug)]

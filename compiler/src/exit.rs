@@ -1,5 +1,4 @@
-//! Failures of a subcommand and the exit code each maps to. (Exit code 1,
-//! "a check failed", arrives with the checking subcommands.)
+//! Failures of a subcommand and the exit code each maps to.
 
 use std::fmt;
 
@@ -8,12 +7,15 @@ use std::fmt;
 pub enum Failure {
     /// Bad input or usage: exit code 2.
     BadInput(anyhow::Error),
+    /// A check ran and failed (a golden or conformance mismatch): exit code 1.
+    CheckFailed(anyhow::Error),
 }
 
 impl Failure {
     pub fn exit_code(&self) -> i32 {
         match self {
             Failure::BadInput(_) => 2,
+            Failure::CheckFailed(_) => 1,
         }
     }
 }
@@ -22,7 +24,7 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `{:#}` prints the whole context chain on one line: `a: b: c`.
         match self {
-            Failure::BadInput(e) => write!(f, "{e:#}"),
+            Failure::BadInput(e) | Failure::CheckFailed(e) => write!(f, "{e:#}"),
         }
     }
 }

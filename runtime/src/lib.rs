@@ -1,6 +1,15 @@
 //! slmcc runtime.
 //!
-//! Will own the package loader, the reference interpreter, the executor over
-//! the memory plan, the NPU simulator, the JIT loader, the KV cache, bucket
-//! dispatch and tensor dumps. Nothing is implemented yet; the crate exists so
-//! the workspace's dependency order is fixed.
+//! Owns execution: the reference interpreter ([`interp`]) that runs a graph
+//! op by op with each op's reference evaluation, symbol binding from input
+//! shapes ([`bind`]), `.npy` tensor files ([`npy`]) and tensor comparison
+//! for golden and conformance checks ([`compare`]). The package loader, the
+//! executor over the memory plan, the NPU simulator, the JIT loader and the
+//! KV cache arrive with their issues.
+
+pub mod bind;
+pub mod compare;
+pub mod interp;
+pub mod npy;
+
+pub use interp::{run_graph, Capture, RunError, RunResult};

@@ -1,6 +1,11 @@
 //! One module per subcommand; [`dispatch`] routes to them.
 
+mod golden;
+mod import;
+mod load;
+mod onnx_test;
 mod opt;
+mod run;
 
 use anyhow::anyhow;
 
@@ -11,11 +16,11 @@ use crate::exit::{CmdResult, Failure};
 pub fn dispatch(command: Command) -> CmdResult {
     match command {
         Command::Opt(args) => opt::run(args),
-        Command::Import(_) => not_yet("import"),
+        Command::Import(args) => import::run(args),
         Command::Compile(_) => not_yet("compile"),
-        Command::Run(_) => not_yet("run"),
-        Command::OnnxTest(_) => not_yet("onnx-test"),
-        Command::Golden(_) => not_yet("golden"),
+        Command::Run(args) => run::run(args),
+        Command::OnnxTest(args) => onnx_test::run(args),
+        Command::Golden(args) => golden::run(args),
         Command::Report(_) => not_yet("report"),
     }
 }

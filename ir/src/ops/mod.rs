@@ -19,6 +19,9 @@ use crate::dim::Dim;
 use crate::shape::TensorType;
 use crate::tensor::{ShapeMismatch, Tensor};
 
+pub mod add_layer_norm;
+pub mod add_rms_norm;
+pub mod attention;
 pub mod binary;
 pub mod broadcast;
 pub mod cast;
@@ -27,15 +30,20 @@ pub mod constant;
 pub mod constant_of_shape;
 pub mod cum_sum;
 pub mod expand;
+pub mod fused_util;
 pub mod gather;
 pub mod gather_elements;
 pub mod gather_nd;
+pub mod gelu;
+pub mod glu;
 pub mod identity;
 pub mod layer_norm;
 pub mod matmul;
 pub mod range;
 pub mod reduce;
 pub mod reshape;
+pub mod rms_norm;
+pub mod rope;
 pub mod shape_of;
 pub mod size;
 pub mod slice;
@@ -248,6 +256,13 @@ define_ops! {
     Trilu(trilu::Trilu),
     GatherNd(gather_nd::GatherNd),
     GatherElements(gather_elements::GatherElements),
+    RmsNorm(rms_norm::RmsNorm),
+    AddRmsNorm(add_rms_norm::AddRmsNorm),
+    AddLayerNorm(add_layer_norm::AddLayerNorm),
+    Gelu(gelu::Gelu),
+    Glu(glu::Glu),
+    Attention(attention::Attention),
+    Rope(rope::Rope),
 }
 
 /// Checks the input count against `min..=max`.

@@ -1,0 +1,241 @@
+//! `slmcc golden check`: run models on their golden inputs and compare every
+//! recorded layer against the reference values.
+//!
+//! A golden folder holds `manifest.json`:
+//! `{"model": PATH, "tolerances": {BACKEND: {"max_rel": X}}, "cases":
+//! [{"name", "inputs": {NAME: FILE}, "layers": [{"layer", "value", "file"}]}]}`,
+//! with files relative to the folder and the model relative to the folder or,
+//! failing that, to the current directory. The relative error of a layer is
+//! `max|a - b| / max(max|b|, 1e-6)`. The first layer over tolerance is named
+//! with the IR node that produced it.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::Value as Json;
+use slmcc_ir::OpDef;
+use slmcc_runtime::compare::diff;
+use slmcc_runtime::{npy, run_graph, Capture};
+
+use super::load::{entry_graph, load_module, prepare, Backend};
+use crate::cli::{GoldenAction, GoldenArgs, GoldenCheckArgs};
+use crate::exit::{CmdResult, Failure};
+
+pub fn run(args: GoldenArgs) -> CmdResult {
+    match args.action {
+        GoldenAction::Check(a) => check(a),
+        GoldenAction::Record(_) => Err(anyhow!(
+            "`slmcc golden record` is not yet supported in this version (goldens are recorded from onnxruntime by testdata/models/goldens.py)"
+        )
+        .into()),
+    }
+}
+
+struct Layer {
+    layer: String,
+    value: String,
+    file: PathBuf,
+}
+
+struct Case {
+    name: String,
+    inputs: Vec<(String, PathBuf)>,
+    layers: Vec<Layer>,
+}
+
+struct Manifest {
+    dir: PathBuf,
+    model: PathBuf,
+    max_rel: f64,
+    cases: Vec<Case>,
+}
+
+fn str_field<'a>(j: &'a Json, key: &str, what: &str) -> anyhow::Result<&'a str> {
+    j[key]
+        .as_str()
+        .ok_or_else(|| anyhow!("{what}: missing string `{key}`"))
+}
+
+fn read_manifest(arg: &Path, backend: &str) -> anyhow::Result<Manifest> {
+    let path = if arg.is_dir() {
+        arg.join("manifest.json")
+    } else {
+        arg.to_path_buf()
+    };
+    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let j: Json = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not valid JSON", path.display()))?;
+    let ctx = path.display().to_string();
+    let model_rel = str_field(&j, "model", &ctx)?;
+    let model = [dir.join(model_rel), PathBuf::from(model_rel)]
+        .into_iter()
+        .find(|p| p.exists())
+        .ok_or_else(|| anyhow!("{ctx}: model `{model_rel}` not found"))?;
+    let max_rel = j["tolerances"][backend]["max_rel"]
+        .as_f64()
+        .ok_or_else(|| anyhow!("{ctx}: no tolerance `tolerances.{backend}.max_rel`"))?;
+    let cases = j["cases"]
+        .as_array()
+        .ok_or_else(|| anyhow!("{ctx}: missing `cases`"))?
+        .iter()
+        .map(|c| {
+            let name = str_field(c, "name", &ctx)?.to_string();
+            let inputs = c["inputs"]
+                .as_object()
+                .ok_or_else(|| anyhow!("{ctx}: case `{name}` has no `inputs`"))?
+                .iter()
+                .map(|(k, v)| {
+                    Ok((
+                        k.clone(),
+                        dir.join(v.as_str().ok_or_else(|| anyhow!("{ctx}: input `{k}`"))?),
+                    ))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let layers = c["layers"]
+                .as_array()
+                .ok_or_else(|| anyhow!("{ctx}: case `{name}` has no `layers`"))?
+                .iter()
+                .map(|l| {
+                    Ok(Layer {
+                        layer: str_field(l, "layer", &ctx)?.to_string(),
+                        value: str_field(l, "value", &ctx)?.to_string(),
+                        file: dir.join(str_field(l, "file", &ctx)?),
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(Case {
+                name,
+                inputs,
+                layers,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let m = Manifest {
+        dir,
+        model,
+        max_rel,
+        cases,
+    };
+    unique_cases(&m).map_err(|e| anyhow!("{ctx}: {e}"))?;
+    Ok(m)
+}
+
+/// The first divergence found, for the closing line.
+struct Divergence {
+    at: String,
+    message: String,
+}
+
+fn check(args: GoldenCheckArgs) -> CmdResult {
+    let backend = Backend::parse(&args.backend)?;
+    let mut first: Option<Divergence> = None;
+    let mut layers_checked = 0usize;
+    for arg in &args.goldens {
+        let m = read_manifest(arg, &args.backend)?;
+        let mut module = load_module(&m.model)?;
+        prepare(&mut module, backend, &m.model)?;
+        let graph = entry_graph(&module)?;
+        let producers = graph.producers();
+        for case in &m.cases {
+            println!(
+                "{} {} ({}, tolerance max_rel {:e})",
+                m.dir.display(),
+                case.name,
+                args.backend,
+                m.max_rel
+            );
+            let inputs = case
+                .inputs
+                .iter()
+                .map(|(n, f)| Ok((n.clone(), npy::read(f).map_err(|e| anyhow!(e))?)))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let names: HashSet<String> = case.layers.iter().map(|l| l.value.clone()).collect();
+            let result = run_graph(&module, graph, &inputs, &Capture::Names(names))
+                .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
+            println!("  {:<28} {:>12} {:>12}", "layer", "max_abs", "max_rel");
+            for l in &case.layers {
+                let got = result
+                    .captured
+                    .get(&l.value)
+                    .or_else(|| {
+                        result
+                            .outputs
+                            .iter()
+                            .find(|(n, _)| *n == l.value)
+                            .map(|(_, t)| t)
+                    })
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "layer `{}`: value `{}` is not computed by the graph",
+                            l.layer,
+                            l.value
+                        )
+                    })?;
+                let want = npy::read(&l.file).map_err(|e| anyhow!(e))?;
+                let d = diff(got, &want).map_err(|e| anyhow!("layer `{}`: {e}", l.layer))?;
+                let ok = d.max_rel <= m.max_rel && d.mismatched_specials == 0;
+                layers_checked += 1;
+                println!(
+                    "  {:<28} {:>12.3e} {:>12.3e}  {}",
+                    l.layer,
+                    d.max_abs,
+                    d.max_rel,
+                    if ok { "ok" } else { "OVER" }
+                );
+                if !ok && first.is_none() {
+                    let node = graph
+                        .find(&l.value)
+                        .and_then(|v| producers[v.index()])
+                        .map(|p| {
+                            let n = &graph.nodes[p.node];
+                            format!(", produced by `{}` node %{}", n.op.mnemonic(), l.value)
+                        })
+                        .unwrap_or_default();
+                    first = Some(Divergence {
+                        at: format!("{} {} layer `{}`", m.dir.display(), case.name, l.layer),
+                        message: format!(
+                            "value `{}`{node}: max_rel {:.3e} > {:e} (max_abs {:.3e} at element {}{})",
+                            l.value,
+                            d.max_rel,
+                            m.max_rel,
+                            d.max_abs,
+                            d.worst_index,
+                            if d.mismatched_specials > 0 {
+                                format!(", {} NaN/inf mismatches", d.mismatched_specials)
+                            } else {
+                                String::new()
+                            }
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    match first {
+        None => {
+            println!("all {layers_checked} layers within tolerance");
+            Ok(())
+        }
+        Some(d) => {
+            println!("first divergence: {}: {}", d.at, d.message);
+            Err(Failure::CheckFailed(anyhow!(
+                "golden check failed at {}",
+                d.at
+            )))
+        }
+    }
+}
+
+/// Fails when a manifest names a case twice (keeps reports unambiguous).
+fn unique_cases(m: &Manifest) -> anyhow::Result<()> {
+    let mut seen = HashSet::new();
+    for c in &m.cases {
+        if !seen.insert(&c.name) {
+            bail!("case `{}` appears twice", c.name);
+        }
+    }
+    Ok(())
+}

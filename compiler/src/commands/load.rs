@@ -1,0 +1,90 @@
+//! Loading what the user names on the command line into a runnable module,
+//! and choosing the backend.
+
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context};
+use slmcc_ir::text::parse_module;
+use slmcc_ir::{Graph, Module, Tensor};
+use slmcc_passes::{PassManager, RunOptions};
+
+/// The pipeline run before the reference interpreter: fold the shape
+/// bookkeeping and drop what it leaves dead. It keeps the names of every
+/// value that survives, so goldens keyed by ONNX value names still find them.
+pub const REFERENCE_PIPELINE: &str = "const-fold,dce";
+
+/// Where a model runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The reference interpreter: each op's reference evaluation.
+    Reference,
+}
+
+impl Backend {
+    pub fn parse(name: &str) -> anyhow::Result<Backend> {
+        match name {
+            "reference" => Ok(Backend::Reference),
+            "cpu" | "npu-sim" => bail!("backend `{name}` is not yet supported (use reference)"),
+            _ => bail!("unknown backend `{name}` (valid: reference, cpu, npu-sim)"),
+        }
+    }
+}
+
+/// Loads an ONNX model (`.onnx`) or textual IR with its weights (`.slm`).
+pub fn load_module(path: &Path) -> anyhow::Result<Module> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("onnx") => Ok(slmcc::onnx::import_model(path)?),
+        Some("slm") => {
+            let src = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let mut m = parse_module(&src)
+                .map_err(|e| anyhow!("{}:{}:{}: {}", path.display(), e.line, e.col, e.message))?;
+            if let Some(file) = m.weights.file.clone() {
+                let wpath = path.parent().unwrap_or(Path::new(".")).join(file);
+                m.weights.attach_file(&wpath)?;
+            }
+            slmcc_ir::verify_module(&m).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+            Ok(m)
+        }
+        Some("slmpkg") => bail!("{}: running packages is not yet supported", path.display()),
+        _ => bail!("{}: expected a .onnx model or .slm IR file", path.display()),
+    }
+}
+
+/// Prepares a module for a backend (runs its pipeline, verified).
+pub fn prepare(module: &mut Module, backend: Backend, path: &Path) -> anyhow::Result<()> {
+    let pipeline = match backend {
+        Backend::Reference => REFERENCE_PIPELINE,
+    };
+    let options = RunOptions {
+        verify_each: true,
+        ..RunOptions::default()
+    };
+    PassManager::parse(pipeline, options)?
+        .run(module, &mut std::io::sink())
+        .with_context(|| format!("{}", path.display()))?;
+    Ok(())
+}
+
+/// The graph to run: `main` if there is one, else the only graph.
+pub fn entry_graph(module: &Module) -> anyhow::Result<&Graph> {
+    if let Some(g) = module.graph("main") {
+        return Ok(g);
+    }
+    match &module.graphs[..] {
+        [g] => Ok(g),
+        _ => bail!(
+            "module has {} graphs and none is named `main`",
+            module.graphs.len()
+        ),
+    }
+}
+
+/// Reads a tensor file: `.npy`, or `.pb` (a serialized ONNX TensorProto).
+pub fn read_tensor(path: &Path) -> anyhow::Result<Tensor> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("npy") => slmcc_runtime::npy::read(path).map_err(|e| anyhow!(e)),
+        Some("pb") => Ok(slmcc::onnx::read_tensor_pb(path)?.1),
+        _ => bail!("{}: expected a .npy or .pb tensor file", path.display()),
+    }
+}

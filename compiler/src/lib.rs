@@ -1,0 +1,6 @@
+//! `slmcc` as a library: what the driver's subcommands share.
+//!
+//! [`onnx`] is the ONNX frontend (`slmcc import`, and the loader of `run`,
+//! `onnx-test` and `golden`).
+
+pub mod onnx;

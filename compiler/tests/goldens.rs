@@ -1,0 +1,69 @@
+//! Golden-tensor checks: every model under `goldens/` runs on the reference
+//! backend and every recorded layer matches onnxruntime within the
+//! manifest's tolerance.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn golden_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(repo().join("goldens"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// The model a manifest names, if it is not on disk.
+fn missing_model(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let model = j["model"].as_str().unwrap().to_string();
+    (!dir.join(&model).exists() && !repo().join(&model).exists()).then_some(model)
+}
+
+#[test]
+fn every_golden_model_matches_on_reference() {
+    let dirs = golden_dirs();
+    assert!(
+        dirs.len() >= 4,
+        "expected goldens for the testdata models, found {dirs:?}"
+    );
+    for dir in dirs {
+        if let Some(missing) = missing_model(&dir) {
+            // Large models are assembled on demand (scripts/test does it); CI must have them.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{}: model {missing} is missing (run scripts/test)",
+                dir.display()
+            );
+            eprintln!(
+                "skipping {}: model {missing} is absent (run scripts/test)",
+                dir.display()
+            );
+            continue;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .current_dir(repo())
+            .args(["golden", "check", "--backend", "reference"])
+            .arg(&dir)
+            .output()
+            .expect("run slmcc");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{stdout}");
+        assert!(
+            out.status.success(),
+            "{}: {stdout}\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,259 @@
+"""Tiny random-weight decoder models exported to ONNX by PyTorch's dynamo exporter.
+
+Makes, from the repository root:
+
+    python testdata/models/generate.py           # llama, qwen2, phi3, gpt2 + OPS.md
+    python testdata/models/generate.py --only gpt2
+    python testdata/models/generate.py --ops-md  # only rewrite OPS.md (no torch needed)
+    python testdata/models/generate.py --large   # only testdata/generated/llama_h512.onnx
+
+Each model is built with `transformers` from a config (no downloads), with fixed seeds,
+eager attention (MatMul/Softmax, no SDPA op) and no KV cache, then exported with
+`torch.onnx.export(..., dynamo=True, opset_version=18)`: one input `input_ids`
+(int64 [1, seq], `seq` dynamic), one output `logits` (float32 [1, seq, vocab]),
+weights embedded. The export already contains the causal-mask construction
+(Range/CumSum/GatherND/LessOrEqual/Where), so no `attention_mask` input is exported.
+
+Weights: 2-D weights are drawn with std `initializer_range` = 0.1 (so attention is not
+uniform), and every 1-D parameter (norm weights, biases) gets N(0, 0.1) noise added, so
+norms and biases are not trivially 1 / 0 and no two layers share a norm weight.
+
+Every file is checked with onnx.checker and its logits are compared against PyTorch
+with onnxruntime for two sequence lengths. The absolute site-packages paths that the
+exporter writes into `pkg.torch.onnx.stack_trace` metadata are made relative, so the
+files do not depend on where the venv lives.
+
+Needs the pins in testdata/requirements-gen.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import site
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS_DIR = ROOT / "testdata" / "models"
+GENERATED_DIR = ROOT / "testdata" / "generated"
+SKELETON_DIR = MODELS_DIR / "skeletons"
+SEED = 0
+OPSET = 18
+
+# Shared by the decoder configs: vocab 512, hidden 64, 2 layers, head_dim 16.
+COMMON = dict(
+    vocab_size=512,
+    max_position_embeddings=128,
+    tie_word_embeddings=False,
+    use_cache=False,
+    initializer_range=0.1,
+    attn_implementation="eager",
+)
+
+
+def build(name: str):
+    """Returns the transformers model `name` with seeded random weights, in eval mode."""
+    import torch
+    import transformers as T
+
+    torch.manual_seed(SEED)
+    if name == "llama":  # RMSNorm, RoPE, SwiGLU, GQA 4 heads / 2 kv heads
+        cfg = T.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=16, intermediate_size=176, **COMMON)
+        model = T.LlamaForCausalLM(cfg)
+    elif name == "qwen2":  # like llama plus q/k/v biases
+        cfg = T.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, intermediate_size=176, **COMMON)
+        model = T.Qwen2ForCausalLM(cfg)
+    elif name == "phi3":  # fused qkv_proj and gate_up_proj
+        cfg = T.Phi3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=176, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2, **COMMON)
+        model = T.Phi3ForCausalLM(cfg)
+    elif name == "gpt2":  # LayerNorm, gelu_new (tanh), Conv1D (-> Gemm), learned positions
+        cfg = T.GPT2Config(vocab_size=512, n_positions=128, n_embd=64, n_layer=2, n_head=4,
+                           n_inner=128, activation_function="gelu_new",
+                           tie_word_embeddings=False, use_cache=False, initializer_range=0.1,
+                           bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+        model = T.GPT2LMHeadModel(cfg)
+    elif name == "llama_h512":  # benchmark size, ~20M parameters (~80 MB)
+        cfg = T.LlamaConfig(vocab_size=8000, hidden_size=512, num_hidden_layers=4,
+                            num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+                            intermediate_size=1408, max_position_embeddings=512,
+                            tie_word_embeddings=False, use_cache=False,
+                            initializer_range=0.02, attn_implementation="eager")
+        model = T.LlamaForCausalLM(cfg)
+    else:
+        raise SystemExit(f"unknown model {name}")
+    gen = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model.eval()
+
+
+def relativize_paths(model: onnx.ModelProto) -> None:
+    """Strips site-packages / repo prefixes from node metadata (stack traces)."""
+    prefixes = sorted({str(Path(p).resolve()) + "/" for p in site.getsitepackages()}
+                      | {str(ROOT) + "/"}, key=len, reverse=True)
+    for node in model.graph.node:
+        for prop in node.metadata_props:
+            for prefix in prefixes:
+                prop.value = prop.value.replace(prefix, "")
+
+
+def export(model, path: Path, inputs: dict, output_names: list[str]) -> onnx.ModelProto:
+    """dynamo-exports `model` called with `inputs` (name -> tensor) to `path`, dim 1 = seq."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        model,
+        tuple(inputs.values()),
+        str(path),
+        input_names=list(inputs),
+        output_names=output_names,
+        dynamic_shapes={name: {1: "seq"} for name in inputs},
+        dynamo=True,
+        opset_version=OPSET,
+        external_data=False,
+        verbose=False,
+    )
+    proto = onnx.load(str(path))
+    relativize_paths(proto)
+    onnx.save(proto, str(path))
+    onnx.checker.check_model(str(path), full_check=True)
+    return proto
+
+
+def check_against_torch(model, path: Path, vocab: int) -> float:
+    """Max |onnxruntime - torch| of the logits for seq 5 and 11."""
+    import onnxruntime as ort
+    import torch
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    gen = torch.Generator().manual_seed(SEED + 2)
+    for seq in (5, 11):
+        ids = torch.randint(0, vocab, (1, seq), generator=gen)
+        with torch.no_grad():
+            ref = model(input_ids=ids).logits.numpy()
+        (got,) = sess.run(["logits"], {"input_ids": ids.numpy()})
+        assert got.shape == ref.shape, (got.shape, ref.shape)
+        worst = max(worst, float(np.abs(got - ref).max()))
+    return worst
+
+
+def make_decoder(name: str, out_dir: Path) -> Path:
+    import torch
+
+    model = build(name)
+    vocab = model.config.vocab_size
+    path = out_dir / f"{name}.onnx"
+    example = torch.randint(0, vocab, (1, 7), generator=torch.Generator().manual_seed(SEED))
+    export(model, path, {"input_ids": example}, ["logits"])
+    diff = check_against_torch(model, path, vocab)
+    assert diff < 1e-3, f"{name}: onnxruntime differs from torch by {diff}"
+    print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.2f} MB, "
+          f"max |ort - torch| = {diff:.2e}")
+    return path
+
+
+# ---------------------------------------------------------------- OPS.md
+
+def op_counts(model: onnx.ModelProto) -> collections.Counter:
+    """Op types (with domain prefix when not the default domain), counted over the
+    main graph and any subgraphs / local functions."""
+    counts: collections.Counter = collections.Counter()
+
+    def walk(nodes):
+        for node in nodes:
+            default = node.domain in ("", "ai.onnx")
+            counts[node.op_type if default else f"{node.domain}::{node.op_type}"] += 1
+            for attr in node.attribute:
+                if attr.g.node:
+                    walk(attr.g.node)
+                for g in attr.graphs:
+                    walk(g.node)
+
+    walk(model.graph.node)
+    for fn in model.functions:
+        walk(fn.node)
+    return counts
+
+
+def describe_io(values) -> str:
+    def dims(vi):
+        return ",".join(d.dim_param or str(d.dim_value) for d in vi.type.tensor_type.shape.dim)
+    return ", ".join(
+        f"`{vi.name}` {onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name}"
+        f"[{dims(vi)}]" for vi in values)
+
+
+def write_ops_md() -> Path:
+    """Writes testdata/models/OPS.md from the .onnx files present (and the MiniLM skeleton)."""
+    entries = [(p.stem, p, p.relative_to(ROOT)) for p in sorted(MODELS_DIR.glob("*.onnx"))]
+    skeleton = SKELETON_DIR / "minilm.onnx"
+    if skeleton.exists():
+        entries.append(("minilm", skeleton, "testdata/generated/minilm.onnx"))
+    models = {name: (onnx.load(str(p), load_external_data=False), where)
+              for name, p, where in entries}
+    counts = {name: op_counts(m) for name, (m, _) in models.items()}
+    all_ops = sorted(set().union(*counts.values()))
+    names = list(models)
+
+    lines = [
+        "# ONNX ops in the test models",
+        "",
+        "Generated by `python testdata/models/generate.py` (or `--ops-md`); do not edit by hand.",
+        "Counts are nodes per op type (these exports have no subgraphs or local functions).",
+        "All: PyTorch dynamo exporter, eager attention, no KV cache, batch 1, `seq` dynamic.",
+        "minilm's graph is read from its committed skeleton (see minilm.py).",
+        "",
+        "| model | file | producer | opset | nodes | inputs | outputs |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, (m, where) in models.items():
+        opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in m.opset_import)
+        lines.append(f"| {name} | `{where}` | {m.producer_name} {m.producer_version} | "
+                     f"{opsets} | {sum(counts[name].values())} | "
+                     f"{describe_io(m.graph.input)} | {describe_io(m.graph.output)} |")
+    lines += ["", "| op | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    for op in all_ops:
+        lines.append(f"| {op} | " + " | ".join(str(counts[n].get(op, "")) for n in names) + " |")
+    lines += ["", f"Distinct op types over all models: {len(all_ops)}.", ""]
+    out = MODELS_DIR / "OPS.md"
+    out.write_text("\n".join(lines))
+    print(f"wrote {out.relative_to(ROOT)}")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="model name (repeatable)")
+    parser.add_argument("--large", action="store_true",
+                        help="only write testdata/generated/llama_h512.onnx (git-ignored)")
+    parser.add_argument("--ops-md", action="store_true", help="only rewrite OPS.md")
+    args = parser.parse_args()
+
+    if args.ops_md:
+        write_ops_md()
+        return
+    # The exporter logs a warning per torchvision op it cannot register; not relevant here.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    if args.large:
+        make_decoder("llama_h512", GENERATED_DIR)
+        return
+    for name in args.only or ["llama", "qwen2", "phi3", "gpt2"]:
+        make_decoder(name, MODELS_DIR)
+    write_ops_md()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
