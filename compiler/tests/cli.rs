@@ -1,30 +1,8 @@
 //! End-to-end tests of the `slmcc` binary: exit codes, messages, outputs.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn slmcc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_slmcc"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run slmcc")
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{slmcc, stderr, stdout};
 
 const EXAMPLE: &str = "testdata/ir/attention_prologue.slm";
 const PIPELINE: &str = "shape-infer,const-fold,dce,cse";

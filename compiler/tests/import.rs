@@ -4,31 +4,11 @@
 //! (external data, the exported test models) import, verify, write their
 //! weights beside the IR and go through `slmcc opt`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn slmcc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_slmcc"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("run slmcc")
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{repo, slmcc, stderr, stdout};
 
 /// A fresh empty folder for outputs.
 fn out_dir(tag: &str) -> PathBuf {
