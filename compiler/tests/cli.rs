@@ -208,3 +208,58 @@ fn usage_errors_exit_2() {
     let o = slmcc(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn run_writes_outputs_that_match_onnxruntime() {
+    let dir = std::env::temp_dir().join(format!("slmcc-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = slmcc(&[
+        "run",
+        "testdata/models/qwen2.onnx",
+        "--input",
+        "input_ids=goldens/qwen2/seq11/input_ids.npy",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("logits: f32 [1, 11, 512] -> "),
+        "{}",
+        stdout(&o)
+    );
+    let got = slmcc_runtime::npy::read(&dir.join("logits.npy")).unwrap();
+    let want =
+        slmcc_runtime::npy::read(&common::repo().join("goldens/qwen2/seq11/logits.npy")).unwrap();
+    let d = slmcc_runtime::compare::diff(&got, &want).unwrap();
+    assert!(d.max_rel < 1e-5, "{d:?}");
+}
+
+#[test]
+fn run_rejects_bad_inputs() {
+    expect_bad_input(
+        &["run", "testdata/models/qwen2.onnx", "--input", "input_ids"],
+        "--input `input_ids`: expected NAME=FILE",
+    );
+    expect_bad_input(
+        &[
+            "run",
+            "testdata/models/qwen2.onnx",
+            "--input",
+            "ids=goldens/qwen2/seq5/input_ids.npy",
+        ],
+        "`ids` is not an input of the graph",
+    );
+    expect_bad_input(
+        &[
+            "run",
+            "testdata/models/qwen2.onnx",
+            "--input",
+            "input_ids=goldens/qwen2/seq5/logits.npy",
+        ],
+        "input `input_ids` is f32, the graph expects i64[1, seq]",
+    );
+    expect_bad_input(
+        &["run", "testdata/models/qwen2.onnx"],
+        "missing input `input_ids` (i64[1, seq])",
+    );
+}

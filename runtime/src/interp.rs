@@ -72,6 +72,12 @@ pub fn run_graph(
     let mut env: Vec<Option<Arc<Tensor>>> = vec![None; graph.value_count()];
     let mut symbols = HashMap::new();
 
+    if let Some((name, _)) = inputs
+        .iter()
+        .find(|(n, _)| !graph.inputs.iter().any(|&i| graph.value(i).name == *n))
+    {
+        return Err(err(None, format!("`{name}` is not an input of the graph")));
+    }
     for &id in &graph.inputs {
         let v = graph.value(id);
         let Some((_, t)) = inputs.iter().find(|(n, _)| *n == v.name) else {
@@ -90,12 +96,6 @@ pub fn run_graph(
         }
         bind_shape(&v.name, &v.ty, t.shape(), &mut symbols).map_err(|m| err(None, m))?;
         env[id.index()] = Some(Arc::new(t.clone()));
-    }
-    if let Some((name, _)) = inputs
-        .iter()
-        .find(|(n, _)| !graph.inputs.iter().any(|&i| graph.value(i).name == *n))
-    {
-        return Err(err(None, format!("`{name}` is not an input of the graph")));
     }
     for &id in &graph.inputs {
         let v = graph.value(id);
