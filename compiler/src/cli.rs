@@ -36,6 +36,7 @@ pub enum Command {
     /// Record or check per-layer golden tensors.
     Golden(GoldenArgs),
     /// Print what a package contains: buckets, kernels, memory plan, estimates.
+    #[command(after_long_help = REPORT_AFTER_HELP)]
     Report(ReportArgs),
 }
 
@@ -164,5 +165,32 @@ pub struct GoldenCheckArgs {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
+    /// A module with memory plans (`.slm` from `slmcc opt ... plan-memory`),
+    /// or a model to plan now (`.onnx`, or `.slm` without plans).
     pub package: PathBuf,
+    /// When planning now: the sequence-length buckets [default: 128,256,512].
+    #[arg(long, value_name = "N,N,...")]
+    pub buckets: Option<String>,
+    /// Also write an SVG picture of every bucket's arena over time.
+    #[arg(long, value_name = "FILE")]
+    pub plan_svg: Option<PathBuf>,
 }
+
+const REPORT_AFTER_HELP: &str = "\
+Input:
+  A .slm module that already holds memory plans is reported as it is.
+  Anything else (.onnx, or .slm without plans) is planned first with
+    const-fold,dce,bucket-specialize{buckets=B},plan-memory
+  where B is --buckets (default 128,256,512). Packages (.slmpkg) are not yet
+  supported.
+
+Output, per planned graph (one per bucket): the bucket, steps and tensors,
+the size of each region (arena, weights, constants, kv_cache, scratch), the
+arena against its lower bound (the largest sum of tensors live at one step),
+tensors computed in place, and the peak total (all regions together).
+
+--plan-svg FILE draws one panel per graph: x = step, y = arena offset, one
+box per tensor over its lifetime (hover for name, bytes and steps).
+
+Example:
+  slmcc report testdata/models/llama.onnx --buckets 64,128 --plan-svg plan.svg";

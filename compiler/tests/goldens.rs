@@ -1,6 +1,6 @@
-//! Golden-tensor checks: every model under `goldens/` runs on the reference
-//! backend and every recorded layer matches onnxruntime within the
-//! manifest's tolerance.
+//! Golden-tensor checks: every model under `goldens/` runs on each backend
+//! and every recorded layer matches onnxruntime within the manifest's
+//! tolerance for that backend.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,8 +30,9 @@ fn missing_model(dir: &Path) -> Option<String> {
     (!dir.join(&model).exists() && !repo().join(&model).exists()).then_some(model)
 }
 
-#[test]
-fn every_golden_model_matches_on_reference() {
+/// Runs `slmcc golden check --backend BACKEND` on every golden folder.
+/// Models assembled on demand (MiniLM) are skipped when absent, except in CI.
+fn check_all(backend: &str) {
     let dirs = golden_dirs();
     assert!(
         dirs.len() >= 4,
@@ -39,7 +40,6 @@ fn every_golden_model_matches_on_reference() {
     );
     for dir in dirs {
         if let Some(missing) = missing_model(&dir) {
-            // Large models are assembled on demand (scripts/test does it); CI must have them.
             assert!(
                 std::env::var_os("CI").is_none(),
                 "{}: model {missing} is missing (run scripts/test)",
@@ -53,17 +53,31 @@ fn every_golden_model_matches_on_reference() {
         }
         let out = Command::new(env!("CARGO_BIN_EXE_slmcc"))
             .current_dir(repo())
-            .args(["golden", "check", "--backend", "reference"])
+            .args(["golden", "check", "--backend", backend])
             .arg(&dir)
             .output()
             .expect("run slmcc");
         let stdout = String::from_utf8_lossy(&out.stdout);
         eprintln!("{stdout}");
         assert!(
-            out.status.success(),
-            "{}: {stdout}\n{}",
+            out.status.success() && stdout.contains("layers within tolerance"),
+            "{} on {backend}: {stdout}\n{}",
             dir.display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The reference backend runs the fusion pipeline, so this also checks the
+/// fused graphs against onnxruntime.
+#[test]
+fn every_golden_model_matches_on_reference() {
+    check_all("reference");
+}
+
+/// Every golden model also runs end to end on the Cranelift CPU backend
+/// (JIT) within the manifests' `cpu` tolerance.
+#[test]
+fn every_golden_model_matches_on_cpu() {
+    check_all("cpu");
 }

@@ -139,6 +139,11 @@ impl Attrs {
         self.map.insert(name.into(), value)
     }
 
+    /// The attributes as name-value pairs, in name order.
+    pub fn into_pairs(self) -> impl Iterator<Item = (String, Attr)> {
+        self.map.into_iter()
+    }
+
     fn take(&mut self, name: &'static str) -> Option<Attr> {
         self.read.push(name);
         self.map.remove(name)

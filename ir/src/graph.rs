@@ -7,10 +7,12 @@
 //! through the methods here and re-run analyses ([`Graph::producers`],
 //! [`Graph::users`]) when they need them rather than keeping them in sync.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+use crate::bucket::BucketInfo;
 use crate::ops::Op;
+use crate::plan::MemoryPlan;
 use crate::shape::TensorType;
 use crate::weights::WeightStore;
 
@@ -300,6 +302,12 @@ pub struct Module {
     pub name: String,
     pub weights: WeightStore,
     pub graphs: Vec<Graph>,
+    /// For graphs made by `bucket-specialize`, what each was made from, by graph name.
+    pub buckets: BTreeMap<String, BucketInfo>,
+    /// Memory plans made by `plan-memory`, by graph name. A pass that changes
+    /// a planned graph must drop or redo its plan (the verifier checks plans
+    /// against their graphs).
+    pub plans: BTreeMap<String, MemoryPlan>,
 }
 
 impl Module {

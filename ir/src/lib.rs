@@ -4,14 +4,18 @@
 //! [`TensorType`]), concrete tensors ([`Tensor`]), the closed set of ops
 //! ([`ops::Op`], each with inference and reference evaluation), graphs and
 //! modules ([`Graph`], [`Module`]), the out-of-line weight store
-//! ([`WeightStore`]), the verifier ([`verify`]) and the textual form
-//! ([`text::print_module`], [`text::parse_module`]).
+//! ([`WeightStore`]), the verifier ([`verify`]), the textual form
+//! ([`text::print_module`], [`text::parse_module`]), memory plans
+//! ([`MemoryPlan`]) and what bucket-specialized graphs were made from
+//! ([`BucketInfo`]).
 
 pub mod attr;
+pub mod bucket;
 pub mod dim;
 pub mod dtype;
 pub mod graph;
 pub mod ops;
+pub mod plan;
 pub mod shape;
 pub mod tensor;
 pub mod text;
@@ -19,10 +23,12 @@ pub mod verify;
 pub mod weights;
 
 pub use attr::{Attr, Attrs};
+pub use bucket::BucketInfo;
 pub use dim::Dim;
 pub use dtype::DType;
 pub use graph::{Graph, Module, Node, Producer, Value, ValueDef, ValueId};
 pub use ops::{EvalCtx, Fact, Known, Op, OpDef, OpError};
+pub use plan::{MemoryPlan, PlanError, Region, RegionSizes, TensorPlan};
 pub use shape::{Shape, TensorType};
 pub use tensor::{Tensor, TensorData};
 pub use verify::{verify_graph, verify_module, VerifyError};

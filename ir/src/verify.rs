@@ -5,7 +5,11 @@
 //! it is used in schedule order (which also rules out cycles); weight
 //! references name declared weights of the same type; each node's declared
 //! result types equal what its op infers from its operands; no dim is still
-//! unknown (`?`). The first problem found is returned.
+//! unknown (`?`). Per module: every bucket record and memory plan names a
+//! graph of the module, a bucket's symbolic signature bound to its size is
+//! the graph's, and a plan is consistent with its graph
+//! ([`plan::check_against`](crate::plan::check_against)). The first problem
+//! found is returned.
 
 use std::fmt;
 
@@ -42,6 +46,55 @@ pub fn verify_module(module: &Module) -> Result<(), VerifyError> {
             });
         }
         verify_graph(g, module)?;
+    }
+    verify_buckets_and_plans(module)
+}
+
+/// Checks `module.buckets` and `module.plans` against the graphs they name.
+fn verify_buckets_and_plans(module: &Module) -> Result<(), VerifyError> {
+    let err = |graph: &str, message: String| VerifyError {
+        graph: graph.to_string(),
+        node: None,
+        message,
+    };
+    for (name, b) in &module.buckets {
+        let Some(g) = module.graph(name) else {
+            return Err(err(
+                name,
+                "bucket record of a graph that does not exist".into(),
+            ));
+        };
+        let ours: Vec<&crate::TensorType> = g
+            .inputs
+            .iter()
+            .chain(&g.outputs)
+            .map(|&v| g.ty(v))
+            .collect();
+        let theirs: Vec<&crate::TensorType> = b.inputs.iter().chain(&b.outputs).collect();
+        let bound_ok = b.inputs.len() == g.inputs.len()
+            && b.outputs.len() == g.outputs.len()
+            && ours
+                .iter()
+                .zip(&theirs)
+                .all(|(o, t)| **o == b.bind(t, b.size));
+        if !bound_ok {
+            return Err(err(
+                name,
+                format!(
+                    "the signature is not @{}'s with {} = {}",
+                    b.base, b.symbol, b.size
+                ),
+            ));
+        }
+    }
+    for (name, plan) in &module.plans {
+        let Some(g) = module.graph(name) else {
+            return Err(err(
+                name,
+                "memory plan of a graph that does not exist".into(),
+            ));
+        };
+        crate::plan::check_against(plan, g).map_err(|e| err(name, format!("memory plan: {e}")))?;
     }
     Ok(())
 }

@@ -267,7 +267,7 @@ fn structural_errors() {
         (
             3,
             3,
-            "expected `weight`, `graph` or `}`, found `bogus`".into()
+            "expected `weight`, `graph`, `bucket`, `plan` or `}`, found `bogus`".into()
         )
     );
     assert_eq!(
@@ -277,4 +277,67 @@ fn structural_errors() {
     assert_eq!(error("module @m { # }").2, "unexpected character #");
     assert_eq!(error("module % {}").2, "expected a name after `%`");
     assert_eq!(error("").2, "expected `module`, found end of input");
+}
+
+/// A bucket-specialized graph with its bucket record and memory plan.
+const PLANNED: &str = r#"module @m {
+  weight @w : f32[4]
+
+  graph @g_4(%x: f32[4]) -> (f32[4]) {
+    %a = add %x, @w : f32[4]
+    %b = exp %a : f32[4]
+    %c = constant {value = 1.0} : f32[4]
+    %d = mul %b, %c : f32[4]
+    return %d
+  }
+
+  bucket @g_4 = @g {seq = 4} : (f32[seq]) -> (f32[seq])
+
+  plan @g_4 {arena = 128, weights = 64, constants = 64, kv_cache = 0, scratch = 0, lower_bound = 128} {
+    %x : arena {offset = 0, size = 64, live = [0, 0]}
+    @w : weights {offset = 0, size = 64}
+    %a : arena {offset = 64, size = 64, live = [0, 1]}
+    %b : arena {offset = 64, size = 64, live = [1, 3]} in_place %a
+    %c : constants {offset = 0, size = 64}
+    %d : arena {offset = 64, size = 64, live = [3, 3]} in_place %b
+  }
+}
+"#;
+
+#[test]
+fn buckets_and_plans_round_trip_and_verify() {
+    let m = parse_module(PLANNED).unwrap();
+    assert_eq!(print_module(&m), PLANNED);
+    verify_module(&m).unwrap();
+    let p = &m.plans["g_4"];
+    assert_eq!(p.get("b", false).unwrap().in_place.as_deref(), Some("a"));
+    assert_eq!(m.buckets["g_4"].symbol, "seq");
+}
+
+#[test]
+fn stale_or_malformed_plans_are_rejected() {
+    // The verifier names a plan entry that disagrees with the graph.
+    let stale = PLANNED.replace("live = [0, 0]", "live = [0, 1]");
+    let e = verify_module(&parse_module(&stale).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("%x is planned live"), "{e}");
+    // Plans are checked on their own terms first.
+    let broken = PLANNED.replace("live = [1, 3]} in_place", "live = [1, 2]} in_place");
+    let e = verify_module(&parse_module(&broken).unwrap()).unwrap_err();
+    assert!(
+        e.to_string().contains("does not die where it is born"),
+        "{e}"
+    );
+    let missing = PLANNED.replace("    %c : constants {offset = 0, size = 64}\n", "");
+    let e = verify_module(&parse_module(&missing).unwrap()).unwrap_err();
+    assert_eq!(e.to_string(), "graph @g_4: memory plan: %c is not planned");
+    let bucket = PLANNED.replace("{seq = 4}", "{seq = 8}");
+    let e = verify_module(&parse_module(&bucket).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("not @g's with seq = 8"), "{e}");
+    // The parser locates malformed entries.
+    let (_, _, msg) = error(&PLANNED.replace("%x : arena", "%x : heap"));
+    assert!(msg.starts_with("unknown region `heap`"), "{msg}");
+    let (_, _, msg) = error(&PLANNED.replace("@w : weights", "%w : weights"));
+    assert!(msg.contains("only weights"), "{msg}");
+    let (_, _, msg) = error(&PLANNED.replace("live = [0, 0]", "live = [1, 0]"));
+    assert!(msg.contains("first <= last"), "{msg}");
 }

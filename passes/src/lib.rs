@@ -5,9 +5,11 @@
 //! reads pipeline strings such as `shape-infer,const-fold{max-elements=64},dce`;
 //! [`runner::PassManager`] runs them with verification, IR dumps, timing,
 //! statistics and a bisect limit. Each pass lives in its own module under
-//! [`transforms`].
+//! [`transforms`]; the memory planner behind `plan-memory` is [`memory`].
 
+pub mod eqsat;
 pub mod facts;
+pub mod memory;
 pub mod options;
 pub mod pass;
 pub mod pipeline;

@@ -1,7 +1,8 @@
 //! Pipeline strings: `shape-infer,const-fold{max-elements=64},dce`.
 //!
 //! A pipeline is a comma-separated list of pass names, each optionally
-//! followed by `{name=value,...}`. Parsing checks the syntax only; the
+//! followed by `{name=value,...}`. A value may be a list, `buckets=128,256,512`:
+//! an item after a comma that is not followed by `=` continues the value. Parsing checks the syntax only; the
 //! registry resolves names and options ([`crate::registry::create_pass`]).
 
 use crate::pass::PassError;
@@ -12,6 +13,10 @@ pub struct PipelineEntry {
     pub name: String,
     pub options: Vec<(String, String)>,
 }
+
+/// Characters an option value may hold besides name characters (numbers,
+/// paths).
+const VALUE_CHARS: &[char] = &['.', '+', '/'];
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-' || c == '_'
@@ -67,9 +72,29 @@ pub fn parse_pipeline(text: &str) -> Result<Vec<PipelineEntry>, PassError> {
                 }
                 pos += 1;
                 skip_ws(&mut pos);
-                let value = word(&mut pos, &['.', '+']);
+                let mut value = word(&mut pos, VALUE_CHARS);
                 if value.is_empty() {
                     return Err(err(text, pos, "expected an option value"));
+                }
+                // A list value (`buckets=128,256`): an item after a comma
+                // that is not itself `name=` continues the value.
+                loop {
+                    let mut ahead = pos;
+                    skip_ws(&mut ahead);
+                    if chars.get(ahead) != Some(&',') {
+                        break;
+                    }
+                    ahead += 1;
+                    skip_ws(&mut ahead);
+                    let item = word(&mut ahead, VALUE_CHARS);
+                    let mut after = ahead;
+                    skip_ws(&mut after);
+                    if item.is_empty() || chars.get(after) == Some(&'=') {
+                        break;
+                    }
+                    value.push(',');
+                    value.push_str(&item);
+                    pos = ahead;
                 }
                 options.push((key, value));
                 skip_ws(&mut pos);
@@ -111,6 +136,20 @@ mod tests {
             ]
         );
         assert!(parse_pipeline("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn list_and_path_values() {
+        let p = parse_pipeline("b{buckets=128, 256,512,profile=data/p.txt},dce").unwrap();
+        assert_eq!(
+            p[0].options,
+            vec![
+                ("buckets".to_string(), "128,256,512".to_string()),
+                ("profile".to_string(), "data/p.txt".to_string())
+            ]
+        );
+        assert_eq!(p[1].name, "dce");
+        assert!(parse_pipeline("b{buckets=1,}").is_err());
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! Adding a pass means adding one entry to [`PASSES`]. Unknown names are
 //! rejected with the list of valid ones.
 
+use crate::eqsat::runner::LIMIT_OPTIONS;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{Pass, PassError};
 use crate::pipeline::PipelineEntry;
-use crate::transforms::{const_fold, cse, dce, shape_infer, verify};
+use crate::transforms::{bucket_specialize, plan_memory};
+use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
 /// A registered pass: name, one-line summary, declared options and constructor.
 pub struct PassInfo {
@@ -47,6 +49,33 @@ pub static PASSES: &[PassInfo] = &[
         summary: "merge nodes that apply the same op to the same operands",
         options: &[],
         create: |_| Box::new(cse::Cse),
+    },
+    // Equality saturation (egg): rules to saturation under hard limits,
+    // then extraction with the target's cost model. Graph outputs and every
+    // value whose e-class holds an original value keep their names.
+    PassInfo {
+        name: "canonicalize",
+        summary: "algebraic clean-up by equality saturation (identities, chains, constants right)",
+        options: LIMIT_OPTIONS,
+        create: |o| Box::new(canonicalize::Canonicalize::from_options(o)),
+    },
+    PassInfo {
+        name: "eqsat-fuse",
+        summary: "fuse norms, GELU, gated MLPs, RoPE and attention by equality saturation",
+        options: LIMIT_OPTIONS,
+        create: |o| Box::new(eqsat_fuse::EqsatFuse::from_options(o)),
+    },
+    PassInfo {
+        name: "bucket-specialize",
+        summary: "one graph per sequence-length bucket (`@main` -> `@main_128`, ...), seq bound and folded",
+        options: bucket_specialize::OPTIONS,
+        create: |o| Box::new(bucket_specialize::BucketSpecialize::from_options(o)),
+    },
+    PassInfo {
+        name: "plan-memory",
+        summary: "static 64-byte aligned offsets for every tensor: arena (greedy by size, in place), weights, constants",
+        options: plan_memory::OPTIONS,
+        create: |o| Box::new(plan_memory::PlanMemory::from_options(o)),
     },
 ];
 

@@ -3,13 +3,19 @@
 //! Owns execution: the reference interpreter ([`interp`]) that runs a graph
 //! op by op with each op's reference evaluation, symbol binding from input
 //! shapes ([`bind`]), `.npy` tensor files ([`npy`]) and tensor comparison
-//! for golden and conformance checks ([`compare`]). The package loader, the
-//! executor over the memory plan, the NPU simulator, the JIT loader and the
-//! KV cache arrive with their issues.
+//! for golden and conformance checks ([`compare`]), and running a graph on
+//! the Cranelift CPU backend's JIT ([`jit`]), bucket dispatch with padding
+//! ([`bucket`]) and the backend-independent executor over a memory plan
+//! ([`exec`]: one allocation per region at load, kernels called with
+//! pointers into the regions). The package loader, the NPU simulator, the
+//! loader of AOT kernels and the KV cache arrive with their issues.
 
 pub mod bind;
+pub mod bucket;
 pub mod compare;
+pub mod exec;
 pub mod interp;
+pub mod jit;
 pub mod npy;
 
 pub use interp::{run_graph, Capture, RunError, RunResult};

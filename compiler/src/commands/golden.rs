@@ -16,9 +16,9 @@ use anyhow::{anyhow, bail, Context};
 use serde_json::Value as Json;
 use slmcc_ir::OpDef;
 use slmcc_runtime::compare::diff;
-use slmcc_runtime::{npy, run_graph, Capture};
+use slmcc_runtime::{npy, Capture};
 
-use super::load::{entry_graph, load_module, prepare, Backend};
+use super::load::{entry_graph, execute, load_module, prepare, Backend};
 use crate::cli::{GoldenAction, GoldenArgs, GoldenCheckArgs};
 use crate::exit::{CmdResult, Failure};
 
@@ -153,7 +153,7 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 .map(|(n, f)| Ok((n.clone(), npy::read(f).map_err(|e| anyhow!(e))?)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let names: HashSet<String> = case.layers.iter().map(|l| l.value.clone()).collect();
-            let result = run_graph(&module, graph, &inputs, &Capture::Names(names))
+            let result = execute(backend, &module, graph, &inputs, &Capture::Names(names))
                 .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
             println!("  {:<28} {:>12} {:>12}", "layer", "max_abs", "max_rel");
             for l in &case.layers {

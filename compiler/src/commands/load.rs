@@ -4,27 +4,41 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
+use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::{PassManager, RunOptions};
+use slmcc_runtime::jit::run_graph_jit;
+use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
 /// The pipeline run before the reference interpreter: fold the shape
-/// bookkeeping and drop what it leaves dead. It keeps the names of every
-/// value that survives, so goldens keyed by ONNX value names still find them.
-pub const REFERENCE_PIPELINE: &str = "const-fold,dce";
+/// bookkeeping, fuse the transformer blocks (so golden checks cover the fused
+/// ops), and clean up. Values that survive keep their names, so goldens keyed
+/// by ONNX value names still find them.
+pub const REFERENCE_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
+
+/// The pipeline run before the cpu backend: fold the shape bookkeeping only.
+/// The backend does not lower the fused attention, rope and add+norm ops yet,
+/// so it runs the unfused graph.
+pub const CPU_PIPELINE: &str = "const-fold,dce";
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     /// The reference interpreter: each op's reference evaluation.
     Reference,
+    /// The Cranelift CPU backend, JIT-compiled for the host: symbols are
+    /// bound from the input shapes and every node becomes a kernel; a graph
+    /// with an op the backend does not lower yet fails naming that node.
+    Cpu,
 }
 
 impl Backend {
     pub fn parse(name: &str) -> anyhow::Result<Backend> {
         match name {
             "reference" => Ok(Backend::Reference),
-            "cpu" | "npu-sim" => bail!("backend `{name}` is not yet supported (use reference)"),
+            "cpu" => Ok(Backend::Cpu),
+            "npu-sim" => bail!("backend `{name}` is not yet supported (use reference or cpu)"),
             _ => bail!("unknown backend `{name}` (valid: reference, cpu, npu-sim)"),
         }
     }
@@ -55,6 +69,9 @@ pub fn load_module(path: &Path) -> anyhow::Result<Module> {
 pub fn prepare(module: &mut Module, backend: Backend, path: &Path) -> anyhow::Result<()> {
     let pipeline = match backend {
         Backend::Reference => REFERENCE_PIPELINE,
+        // The cpu backend also specialises the graph to the input shapes
+        // when it runs (`execute`).
+        Backend::Cpu => CPU_PIPELINE,
     };
     let options = RunOptions {
         verify_each: true,
@@ -64,6 +81,20 @@ pub fn prepare(module: &mut Module, backend: Backend, path: &Path) -> anyhow::Re
         .run(module, &mut std::io::sink())
         .with_context(|| format!("{}", path.display()))?;
     Ok(())
+}
+
+/// Runs `graph` of `module` on `backend` (prepared by [`prepare`]).
+pub fn execute(
+    backend: Backend,
+    module: &Module,
+    graph: &Graph,
+    inputs: &[(String, Tensor)],
+    capture: &Capture,
+) -> Result<RunResult, RunError> {
+    match backend {
+        Backend::Reference => run_graph(module, graph, inputs, capture),
+        Backend::Cpu => run_graph_jit(module, graph, inputs, capture, &CpuOptions::default()),
+    }
 }
 
 /// The graph to run: `main` if there is one, else the only graph.

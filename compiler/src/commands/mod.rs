@@ -5,6 +5,7 @@ mod import;
 mod load;
 mod onnx_test;
 mod opt;
+mod report;
 mod run;
 
 use anyhow::anyhow;
@@ -21,7 +22,7 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::Run(args) => run::run(args),
         Command::OnnxTest(args) => onnx_test::run(args),
         Command::Golden(args) => golden::run(args),
-        Command::Report(_) => not_yet("report"),
+        Command::Report(args) => report::run(args),
     }
 }
 

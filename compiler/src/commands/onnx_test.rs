@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use slmcc_ir::Tensor;
 use slmcc_runtime::compare::allclose;
-use slmcc_runtime::{run_graph, Capture};
+use slmcc_runtime::Capture;
 
-use super::load::{entry_graph, prepare, Backend};
+use super::load::{entry_graph, execute, prepare, Backend};
 use crate::cli::OnnxTestArgs;
 use crate::exit::{CmdResult, Failure};
 
@@ -177,8 +177,8 @@ fn run_one(dir: &Path, backend: Backend) -> anyhow::Result<()> {
             };
             named.push((name, t));
         }
-        let result =
-            run_graph(&module, graph, &named, &Capture::Nothing).map_err(|e| anyhow!("{e}"))?;
+        let result = execute(backend, &module, graph, &named, &Capture::Nothing)
+            .map_err(|e| anyhow!("{e}"))?;
         if result.outputs.len() != expected.len() {
             bail!(
                 "{} outputs, the test expects {}",

@@ -4,9 +4,9 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc_ir::Tensor;
-use slmcc_runtime::{npy, run_graph, Capture};
+use slmcc_runtime::{npy, Capture};
 
-use super::load::{entry_graph, load_module, prepare, read_tensor, Backend};
+use super::load::{entry_graph, execute, load_module, prepare, read_tensor, Backend};
 use crate::cli::RunArgs;
 use crate::exit::CmdResult;
 
@@ -23,7 +23,7 @@ pub fn run(args: RunArgs) -> CmdResult {
     let mut module = load_module(&args.model)?;
     prepare(&mut module, backend, &args.model)?;
     let graph = entry_graph(&module)?;
-    let result = run_graph(&module, graph, &inputs, &Capture::Nothing)
+    let result = execute(backend, &module, graph, &inputs, &Capture::Nothing)
         .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;
     match &args.output_dir {
         Some(dir) => {

@@ -35,6 +35,15 @@
 //!   lists `[...]` of any of these, possibly nested or empty.
 //! - A graph is `graph @name(%in: T, ...) -> (T, ...) { nodes return %v, ... }`;
 //!   `return` comes last and its values' types must equal the signature's.
+//! - A bucket record ([`BucketInfo`](crate::BucketInfo)) is
+//!   `bucket @g_64 = @g {seq = 64} : (T, ...) -> (T, ...)`: graph `@g_64` is
+//!   `@g` with `seq` bound to 64; the types are `@g`'s symbolic signature.
+//! - A memory plan ([`MemoryPlan`](crate::MemoryPlan)) is
+//!   `plan @g {arena = N, weights = N, constants = N, kv_cache = N, scratch = N,
+//!   lower_bound = N} { entries }`, one entry per line:
+//!   `%v : arena {offset = N, size = N, live = [first, last]} [in_place %u]`,
+//!   `%c : constants {offset = N, size = N}`, `@w : weights {offset = N, size = N}`.
+//!   Plans and bucket records print after the graphs, in graph-name order.
 //!
 //! [`print_module`] output is canonical: parsing it and printing again gives
 //! the same text.

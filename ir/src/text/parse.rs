@@ -14,10 +14,12 @@ use super::lex::{lex, Tok, Token};
 use super::print::name;
 use super::ParseError;
 use crate::attr::{Attr, Attrs};
+use crate::bucket::BucketInfo;
 use crate::dim::Dim;
 use crate::dtype::DType;
 use crate::graph::{Graph, Module, ValueId};
 use crate::ops::Op;
+use crate::plan::{MemoryPlan, Region, TensorPlan};
 use crate::shape::{Shape, TensorType};
 
 type PResult<T> = Result<T, ParseError>;
@@ -208,9 +210,136 @@ impl Parser {
             let g = self.graph(m)?;
             m.graphs.push(g);
             Ok(())
+        } else if self.is_word("bucket") {
+            self.advance();
+            self.bucket(m)
+        } else if self.is_word("plan") {
+            self.advance();
+            self.plan(m)
         } else {
-            Err(self.expected("`weight`, `graph` or `}`"))
+            Err(self.expected("`weight`, `graph`, `bucket`, `plan` or `}`"))
         }
+    }
+
+    /// `@g = @base {seq = 64} : (T, ...) -> (T, ...)` after `bucket`.
+    fn bucket(&mut self, m: &mut Module) -> PResult<()> {
+        let (g, at) = self.global("a graph name `@name`")?;
+        if m.buckets.contains_key(&g) {
+            let msg = format!("bucket record of {} is given twice", name('@', &g));
+            return Err(err_at(&at, msg));
+        }
+        self.expect_punct('=')?;
+        let (base, _) = self.global("the base graph `@name`")?;
+        let brace = self.here().clone();
+        let attrs = self.attr_dict()?;
+        let mut entries = attrs.into_pairs();
+        let (symbol, size) = match (entries.next(), entries.next()) {
+            (Some((s, Attr::Int(v))), None) if v > 0 => (s, v),
+            _ => {
+                let msg = "expected `{symbol = size}` with one positive integer size".to_string();
+                return Err(err_at(&brace, msg));
+            }
+        };
+        self.expect_punct(':')?;
+        self.expect_punct('(')?;
+        let inputs = self.types_until(')')?;
+        if *self.peek() != Tok::Arrow {
+            return Err(self.expected("`->`"));
+        }
+        self.advance();
+        self.expect_punct('(')?;
+        let outputs = self.types_until(')')?;
+        let info = BucketInfo {
+            base,
+            symbol,
+            size,
+            inputs,
+            outputs,
+        };
+        m.buckets.insert(g, info);
+        Ok(())
+    }
+
+    /// `@g {arena = N, ..., lower_bound = N} { entries }` after `plan`.
+    fn plan(&mut self, m: &mut Module) -> PResult<()> {
+        let (g, at) = self.global("a graph name `@name`")?;
+        if m.plans.contains_key(&g) {
+            let msg = format!("memory plan of {} is given twice", name('@', &g));
+            return Err(err_at(&at, msg));
+        }
+        let brace = self.here().clone();
+        let mut attrs = self.attr_dict()?;
+        let mut plan = MemoryPlan::default();
+        let located = |e: crate::attr::AttrError| err_at(&brace, e.to_string());
+        for r in Region::ALL {
+            plan.regions.set(
+                r,
+                non_negative(&brace, attrs.int(r.name()).map_err(located)?)?,
+            );
+        }
+        plan.lower_bound = non_negative(&brace, attrs.int("lower_bound").map_err(located)?)?;
+        attrs.finish().map_err(located)?;
+        self.expect_punct('{')?;
+        while !self.eat_punct('}') {
+            plan.tensors.push(self.plan_entry()?);
+        }
+        m.plans.insert(g, plan);
+        Ok(())
+    }
+
+    /// `%v : region {offset = N, size = N[, live = [a, b]]} [in_place %w]`
+    /// (`@w` for the weights region).
+    fn plan_entry(&mut self) -> PResult<TensorPlan> {
+        let at = self.here().clone();
+        let (vname, weight) = match &at.tok {
+            Tok::Value(n) => (n.clone(), false),
+            Tok::Global(n) => (n.clone(), true),
+            _ => return Err(self.expected("a planned `%value`, `@weight` or `}`")),
+        };
+        self.advance();
+        self.expect_punct(':')?;
+        let (rname, rat) = self.word("a region name")?;
+        let region = Region::from_name(&rname).ok_or_else(|| {
+            let valid: Vec<&str> = Region::ALL.iter().map(|r| r.name()).collect();
+            err_at(
+                &rat,
+                format!("unknown region `{rname}` (valid: {})", valid.join(", ")),
+            )
+        })?;
+        if weight != (region == Region::Weights) {
+            let msg = "weights (`@name`) and only weights are planned in the weights region";
+            return Err(err_at(&at, msg.to_string()));
+        }
+        let brace = self.here().clone();
+        let mut attrs = self.attr_dict()?;
+        let located = |e: crate::attr::AttrError| err_at(&brace, e.to_string());
+        let offset = non_negative(&brace, attrs.int("offset").map_err(located)?)?;
+        let size = non_negative(&brace, attrs.int("size").map_err(located)?)?;
+        let live = match attrs.opt_ints("live").map_err(located)? {
+            None => None,
+            Some(l) => match l[..] {
+                [a, b] if 0 <= a && a <= b => Some((a as usize, b as usize)),
+                _ => {
+                    let msg = "`live` must be `[first, last]` with 0 <= first <= last";
+                    return Err(err_at(&brace, msg.to_string()));
+                }
+            },
+        };
+        attrs.finish().map_err(located)?;
+        let in_place = if self.is_word("in_place") {
+            self.advance();
+            Some(self.value_name("the operand `%name` reused in place")?.0)
+        } else {
+            None
+        };
+        Ok(TensorPlan {
+            name: vname,
+            region,
+            offset,
+            size,
+            live,
+            in_place,
+        })
     }
 
     /// `@name : type` after `weight`.
@@ -661,6 +790,10 @@ impl Parser {
             }
         }
     }
+}
+
+fn non_negative(at: &Token, v: i64) -> PResult<u64> {
+    u64::try_from(v).map_err(|_| err_at(at, format!("expected a byte count, found {v}")))
 }
 
 fn float(at: &Token, text: &str) -> PResult<Attr> {

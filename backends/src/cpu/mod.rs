@@ -1,0 +1,85 @@
+//! The Cranelift CPU backend.
+//!
+//! A graph whose shapes are all static (a bucket, or a graph whose symbols
+//! [`specialize`] bound) compiles to **one kernel per node**. Every kernel
+//! has the same ABI:
+//!
+//! ```c
+//! int32_t kernel(uint8_t *const *bufs);   // 0 = ok, else a status code
+//! ```
+//!
+//! `bufs` points to one buffer pointer per operand of the node, then one per
+//! result, in the node's order. Results are written into buffers the caller
+//! provides (sized for the static type, little-endian, `bool` as one byte),
+//! so an executor can place every value in a planned arena and run a step
+//! without allocating. Kernels never allocate, never trap on data (a
+//! `gather` index out of range returns [`emit::STATUS_INDEX_OUT_OF_RANGE`]),
+//! and only call the math helpers of [`math`], which the JIT links to the
+//! host functions and an AOT object imports.
+//!
+//! Shapes are baked in: loop bounds, strides and broadcast patterns are
+//! constants, so loops are counted with static trip counts, dims that every
+//! access walks contiguously are collapsed into one, and the innermost dim
+//! runs in 128-bit vectors (`f32x4` for arithmetic; 16-byte moves for copies)
+//! with a scalar tail where every access is contiguous or broadcast along
+//! it. `matmul` and the gated MLPs use a register-tiled GEMM (4 rows × 8
+//! columns, FMA where the ISA has it). Reductions accumulate sequentially in
+//! the reference's order.
+//!
+//! Numerics: everything but FMA reproduces the reference evaluation bit for
+//! bit (the same IEEE operations in the same order, the same math
+//! functions); with FMA, matmul-like ops differ by a few ulps. See
+//! `docs/ARCHITECTURE.md` for what is lowered and what is left.
+//!
+//! Modules: [`emit`] (kernel builder, loop nests), [`lower`] (one module
+//! per op family), [`compile`] (a graph into kernels of any Cranelift
+//! module), [`jit`] (host JIT), [`exec`] (a simple executor), [`aot`]
+//! (object files for aarch64), [`specialize`] (binding symbols), [`math`].
+
+pub mod aot;
+pub mod compile;
+pub mod emit;
+pub mod exec;
+pub mod jit;
+pub mod lower;
+pub mod math;
+pub mod specialize;
+
+pub use exec::CpuExecutor;
+pub use jit::{JitProgram, KernelFn};
+pub use specialize::specialize;
+
+/// Code generation choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Use fused multiply-add in matmul-like loops where the ISA has it
+    /// natively (faster; not bit-exact with the reference).
+    pub fma: bool,
+}
+
+impl Default for CpuOptions {
+    fn default() -> CpuOptions {
+        CpuOptions { fma: true }
+    }
+}
+
+/// Why a graph does not compile or run on the cpu backend.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CpuError {
+    #[error("op `{op}`{} is not supported by the cpu backend yet", if detail.is_empty() { String::new() } else { format!(" {detail}") })]
+    Unsupported { op: String, detail: String },
+    #[error("{0}")]
+    Dynamic(String),
+    #[error("binding symbols: {0}")]
+    Specialize(String),
+    #[error("code generation: {0}")]
+    Codegen(String),
+    #[error("graph @{graph}, node {node}: {source}")]
+    AtNode {
+        graph: String,
+        node: String,
+        source: Box<CpuError>,
+    },
+    #[error("{0}")]
+    Run(String),
+}

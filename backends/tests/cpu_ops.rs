@@ -1,0 +1,395 @@
+//! Every op the cpu backend lowers, JIT-compiled and run on random shapes
+//! and values, against the op's reference evaluation.
+//!
+//! Bit-exact everywhere the kernel performs the reference's operations in
+//! the reference's order: element-wise ops, casts, data movement,
+//! reductions, softmax, the norms, and matmul/GLU without FMA. Matmul and
+//! GLU with FMA round once per multiply-add instead of twice: relative
+//! error at most 1e-5.
+
+mod common;
+
+use common::{check, check_with, run_jit, Expect, Kind, Lcg};
+use proptest::prelude::*;
+use slmcc_backends::cpu::{CpuError, CpuOptions};
+use slmcc_ir::ops::binary::{Binary, BinaryKind};
+use slmcc_ir::ops::cast::Cast;
+use slmcc_ir::ops::concat::Concat;
+use slmcc_ir::ops::expand::Expand;
+use slmcc_ir::ops::gather::Gather;
+use slmcc_ir::ops::gather_elements::GatherElements;
+use slmcc_ir::ops::gather_nd::GatherNd;
+use slmcc_ir::ops::gelu::{Gelu, GeluApprox};
+use slmcc_ir::ops::glu::Glu;
+use slmcc_ir::ops::layer_norm::LayerNorm;
+use slmcc_ir::ops::matmul::MatMul;
+use slmcc_ir::ops::reduce::{Reduce, ReduceKind};
+use slmcc_ir::ops::reshape::Reshape;
+use slmcc_ir::ops::rms_norm::RmsNorm;
+use slmcc_ir::ops::slice::Slice;
+use slmcc_ir::ops::softmax::Softmax;
+use slmcc_ir::ops::split::Split;
+use slmcc_ir::ops::squeeze::Squeeze;
+use slmcc_ir::ops::transpose::Transpose;
+use slmcc_ir::ops::unary::{Unary, UnaryKind};
+use slmcc_ir::ops::unsqueeze::Unsqueeze;
+use slmcc_ir::ops::where_::Where;
+use slmcc_ir::{DType, Dim, Op, Tensor};
+
+use Kind::{Const, Input, Weight};
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 32,
+        ..ProptestConfig::default()
+    }
+}
+
+/// A shape of rank `0..=max_rank` with dims in `1..=max_dim`.
+fn shape(max_rank: usize, max_dim: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1..=max_dim, 0..=max_rank)
+}
+
+/// A shape that broadcasts to `s`: some leading axes dropped, some dims 1.
+fn broadcast_of(s: &[usize], rng: &mut Lcg) -> Vec<usize> {
+    let drop = rng.below(s.len() as u64 + 1) as usize;
+    s[drop..]
+        .iter()
+        .map(|&d| if rng.below(3) == 0 { 1 } else { d })
+        .collect()
+}
+
+/// Values with a few specials mixed in (zeros, infinities, NaN).
+fn with_specials(t: Tensor, rng: &mut Lcg) -> Tensor {
+    let mut v = t.to_f32_vec();
+    for x in v.iter_mut() {
+        match rng.below(40) {
+            0 => *x = 0.0,
+            1 => *x = f32::INFINITY,
+            2 => *x = f32::NEG_INFINITY,
+            3 => *x = f32::NAN,
+            _ => {}
+        }
+    }
+    Tensor::from_f32(t.shape().to_vec(), v)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn unary_f32(s in shape(4, 9), seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = with_specials(rng.tensor(&s, 4.0), &mut rng);
+        for kind in UnaryKind::ALL {
+            if kind != UnaryKind::Not {
+                check(Unary::new(kind), &[(x.clone(), Input)], Expect::Exact);
+            }
+        }
+    }
+
+    #[test]
+    fn unary_int_and_bool(s in shape(3, 7), seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = rng.ints(&s, -5, 5);
+        for kind in [UnaryKind::Neg, UnaryKind::Abs, UnaryKind::Sign, UnaryKind::Relu] {
+            check(Unary::new(kind), &[(x.clone(), Input)], Expect::Exact);
+            check(Unary::new(kind), &[(x.cast(DType::I32), Input)], Expect::Exact);
+        }
+        check(Unary::new(UnaryKind::Not), &[(rng.bools(&s), Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn binary_f32_broadcast(s in shape(4, 9), seed: u64) {
+        let mut rng = Lcg(seed);
+        let t = broadcast_of(&s, &mut rng);
+        let (a, b) = if rng.below(2) == 0 { (s.clone(), t) } else { (t, s.clone()) };
+        let x = with_specials(rng.tensor(&a, 3.0), &mut rng);
+        let y = with_specials(rng.tensor(&b, 3.0), &mut rng);
+        for kind in BinaryKind::ALL {
+            if !kind.is_logic() {
+                check(Binary::new(kind), &[(x.clone(), Input), (y.clone(), Input)], Expect::Exact);
+            }
+        }
+        // A constant operand, as exporters write `x * 0.5`.
+        check(Binary::new(BinaryKind::Mul), &[(x, Input), (Tensor::scalar_f32(0.5), Const)], Expect::Exact);
+    }
+
+    #[test]
+    fn binary_int_and_logic(s in shape(3, 7), seed: u64) {
+        let mut rng = Lcg(seed);
+        let t = broadcast_of(&s, &mut rng);
+        let (x, y) = (rng.ints(&s, -9, 9), rng.ints(&t, -9, 9));
+        for kind in BinaryKind::ALL {
+            if matches!(kind, BinaryKind::Div | BinaryKind::Mod | BinaryKind::Pow) || kind.is_logic() {
+                continue;
+            }
+            check(Binary::new(kind), &[(x.clone(), Input), (y.clone(), Input)], Expect::Exact);
+            check(Binary::new(kind), &[(x.cast(DType::I32), Input), (y.cast(DType::I32), Input)], Expect::Exact);
+        }
+        let (p, q) = (rng.bools(&s), rng.bools(&t));
+        for kind in [BinaryKind::And, BinaryKind::Or, BinaryKind::Xor] {
+            check(Binary::new(kind), &[(p.clone(), Input), (q.clone(), Input)], Expect::Exact);
+        }
+    }
+
+    #[test]
+    fn casts(s in shape(3, 9), seed: u64) {
+        let mut rng = Lcg(seed);
+        let f = with_specials(rng.tensor(&s, 5e9), &mut rng);
+        let small = rng.tensor(&s, 100.0);
+        let i = rng.ints(&s, -(1 << 40), 1 << 40);
+        let b = rng.bools(&s);
+        let all = [DType::F32, DType::I64, DType::I32, DType::Bool];
+        for x in [f, small, i.clone(), i.cast(DType::I32), b] {
+            for to in all {
+                check(Cast { to }, &[(x.clone(), Input)], Expect::Exact);
+            }
+        }
+    }
+
+    #[test]
+    fn where_broadcast(s in shape(3, 8), seed: u64) {
+        let mut rng = Lcg(seed);
+        let c = broadcast_of(&s, &mut rng);
+        let y = broadcast_of(&s, &mut rng);
+        let cond = rng.bools(&c);
+        check(Where, &[(cond.clone(), Input), (rng.tensor(&s, 1.0), Input), (rng.tensor(&y, 1.0), Input)], Expect::Exact);
+        check(Where, &[(cond, Input), (rng.ints(&s, -3, 3), Input), (rng.ints(&y, -3, 3), Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn matmul(batch in shape(2, 3), m in 1usize..11, k in 1usize..13, n in 1usize..21, seed: u64) {
+        let mut rng = Lcg(seed);
+        let bb = broadcast_of(&batch, &mut rng);
+        let mut a = batch.clone();
+        a.extend([m, k]);
+        let mut b = bb;
+        b.extend([k, n]);
+        let (x, w) = (rng.tensor(&a, 1.0), rng.tensor(&b, 1.0));
+        let kind = if rng.below(2) == 0 { Input } else { Weight };
+        check(MatMul, &[(x.clone(), Input), (w.clone(), kind)], Expect::Exact);
+        check_with(MatMul, &[(x, Input), (w, kind)], Expect::Rel(1e-5), CpuOptions { fma: true });
+        // 1-D operands are promoted, and the added axis removed.
+        let v = rng.tensor(&[k], 1.0);
+        check(MatMul, &[(v.clone(), Input), (rng.tensor(&[k, n], 1.0), Input)], Expect::Exact);
+        check(MatMul, &[(rng.tensor(&[m, k], 1.0), Input), (v, Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn softmax_any_axis(s in shape(4, 9).prop_filter("rank >= 1", |s| !s.is_empty()), seed: u64) {
+        let mut rng = Lcg(seed);
+        let axis = rng.below(s.len() as u64) as i64 - if rng.below(2) == 0 { s.len() as i64 } else { 0 };
+        let mut x = rng.tensor(&s, 30.0);
+        if rng.below(3) == 0 {
+            x = with_specials(x, &mut rng);
+        }
+        check(Softmax { axis }, &[(x, Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn reductions(s in shape(4, 7), seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = rng.tensor(&s, 4.0);
+        let r = s.len();
+        let axes = match rng.below(4) {
+            0 => None,
+            1 if r > 0 => Some(vec![-1]),
+            _ => Some((0..r as i64).filter(|_| rng.below(2) == 0).collect()),
+        };
+        for kind in ReduceKind::ALL {
+            let keep = rng.below(2) == 0;
+            check(Reduce::new(kind, axes.clone(), keep), &[(x.clone(), Input)], Expect::Exact);
+        }
+    }
+
+    #[test]
+    fn transpose_reshape_squeeze(s in shape(4, 6), seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = rng.tensor(&s, 1.0);
+        let mut perm: Vec<i64> = (0..s.len() as i64).collect();
+        for i in (1..perm.len()).rev() {
+            perm.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        check(Transpose { perm: perm.clone() }, &[(x.clone(), Input)], Expect::Exact);
+        check(Transpose { perm }, &[(rng.ints(&s, -99, 99), Input)], Expect::Exact);
+        let n: usize = s.iter().product();
+        let target = Tensor::from_i64(vec![2], vec![-1, 1]);
+        check(Reshape::default(), &[(x.clone(), Input), (target, Const)], Expect::Exact);
+        let _ = n;
+        check(Unsqueeze { axes: vec![0, -1] }, &[(x.clone(), Input)], Expect::Exact);
+        let mut ones = s.clone();
+        ones.insert(0, 1);
+        let y = rng.bools(&ones);
+        check(Squeeze { axes: vec![0] }, &[(y, Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn expand_slice(s in shape(3, 6).prop_filter("rank >= 1", |s| !s.is_empty()), seed: u64) {
+        let mut rng = Lcg(seed);
+        let t = broadcast_of(&s, &mut rng);
+        let target = Tensor::from_i64(vec![s.len()], s.iter().map(|&d| d as i64).collect());
+        check(Expand, &[(rng.tensor(&t, 1.0), Input), (target, Const)], Expect::Exact);
+        let x = rng.tensor(&s, 1.0);
+        let axes: Vec<i64> = (0..s.len() as i64).filter(|_| rng.below(2) == 0).collect();
+        let pick = |rng: &mut Lcg| rng.below(17) as i64 - 8;
+        let starts: Vec<i64> = axes.iter().map(|_| pick(&mut rng)).collect();
+        let ends: Vec<i64> = axes.iter().map(|_| match rng.below(4) { 0 => i64::MAX, 1 => i64::MIN, _ => pick(&mut rng) }).collect();
+        let steps: Vec<i64> = axes.iter().map(|_| [1, 1, 2, -1, -2, 3][rng.below(6) as usize]).collect();
+        let v = |v: &[i64]| Tensor::from_i64(vec![v.len()], v.to_vec());
+        check(
+            Slice,
+            &[(x, Input), (v(&starts), Const), (v(&ends), Const), (v(&axes), Const), (v(&steps), Const)],
+            Expect::Exact,
+        );
+    }
+
+    #[test]
+    fn concat_split(s in shape(3, 6).prop_filter("rank >= 1", |s| !s.is_empty()), seed: u64) {
+        let mut rng = Lcg(seed);
+        let axis = rng.below(s.len() as u64) as usize;
+        let parts: Vec<Tensor> = (0..1 + rng.below(3))
+            .map(|_| {
+                let mut p = s.clone();
+                p[axis] = 1 + rng.below(4) as usize;
+                rng.tensor(&p, 1.0)
+            })
+            .collect();
+        let ops: Vec<(Tensor, Kind)> = parts.iter().map(|p| (p.clone(), Input)).collect();
+        check(Concat { axis: axis as i64 }, &ops, Expect::Exact);
+        let x = rng.tensor(&s, 1.0);
+        let first = rng.below(s[axis] as u64 + 1) as i64;
+        let sizes = vec![Dim::fixed(first), Dim::fixed(s[axis] as i64 - first)];
+        check(Split { axis: axis as i64 - s.len() as i64, sizes }, &[(x, Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn gather_rows(s in shape(3, 6).prop_filter("rank >= 1", |s| !s.is_empty()), idx in shape(2, 5), seed: u64) {
+        let mut rng = Lcg(seed);
+        let axis = rng.below(s.len() as u64) as i64;
+        let n = s[axis as usize] as i64;
+        let data = rng.tensor(&s, 1.0);
+        let i = rng.ints(&idx, -n, n - 1);
+        check(Gather { axis }, &[(data.clone(), Weight), (i.clone(), Input)], Expect::Exact);
+        check(Gather { axis }, &[(data, Input), (i.cast(DType::I32), Input)], Expect::Exact);
+    }
+
+    #[test]
+    fn gathers_with_constant_indices(s in shape(3, 5).prop_filter("rank >= 1", |s| !s.is_empty()), lead in shape(2, 4), seed: u64) {
+        let mut rng = Lcg(seed);
+        let data = rng.tensor(&s, 1.0);
+        // gather_nd: index tuples of length q into the first q axes.
+        let q = 1 + rng.below(s.len() as u64) as usize;
+        let mut ishape = lead.clone();
+        ishape.push(q);
+        let count: usize = ishape.iter().product();
+        let idx: Vec<i64> = (0..count).map(|i| {
+            let d = s[i % q] as i64;
+            rng.below(2 * d as u64) as i64 - d
+        }).collect();
+        let idx = Tensor::from_i64(ishape, idx);
+        check(GatherNd { batch_dims: 0 }, &[(data.clone(), Input), (idx, Const)], Expect::Exact);
+        // gather_elements along one axis.
+        let axis = rng.below(s.len() as u64) as usize;
+        let mut es = s.clone();
+        es[axis] = 1 + rng.below(4) as usize;
+        let e = rng.ints(&es, -(s[axis] as i64), s[axis] as i64 - 1);
+        check(GatherElements { axis: axis as i64 }, &[(rng.bools(&s), Input), (e, Const)], Expect::Exact);
+    }
+
+    #[test]
+    fn norms_and_activations(s in shape(3, 9).prop_filter("rank >= 1", |s| !s.is_empty()), seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = rng.tensor(&s, 3.0);
+        let h = *s.last().unwrap();
+        let w = rng.tensor(&[h], 1.0);
+        check(RmsNorm { eps: 1e-6, offset: 0.0 }, &[(x.clone(), Input), (w.clone(), Weight)], Expect::Exact);
+        check(RmsNorm { eps: 1e-5, offset: 1.0 }, &[(x.clone(), Input), (w.clone(), Input)], Expect::Exact);
+        let axis = -(1 + rng.below(s.len() as u64) as i64);
+        let p: Vec<usize> = s[(s.len() as i64 + axis) as usize..].to_vec();
+        let (sc, b) = (rng.tensor(&p, 1.0), rng.tensor(&p, 1.0));
+        let ln = LayerNorm { axis, eps: 1e-5 };
+        check(ln, &[(x.clone(), Input), (sc.clone(), Weight), (b, Weight)], Expect::Exact);
+        check(ln, &[(x.clone(), Input), (sc, Input)], Expect::Exact);
+        for approximate in [GeluApprox::None, GeluApprox::Tanh] {
+            check(Gelu { approximate }, &[(x.clone(), Input)], Expect::Exact);
+        }
+    }
+
+    #[test]
+    fn gated_mlps(rows in shape(2, 5), hidden in 1usize..12, inter in 1usize..14, seed: u64) {
+        let mut rng = Lcg(seed);
+        let mut xs = rows.clone();
+        xs.push(hidden);
+        let x = rng.tensor(&xs, 1.0);
+        let (g, u) = (rng.tensor(&[hidden, inter], 1.0), rng.tensor(&[hidden, inter], 1.0));
+        let gu = rng.tensor(&[hidden, 2 * inter], 1.0);
+        for op in [Glu::swiglu(), Glu::geglu(GeluApprox::None), Glu::geglu(GeluApprox::Tanh)] {
+            check(op, &[(x.clone(), Input), (g.clone(), Weight), (u.clone(), Weight)], Expect::Exact);
+            check(op, &[(x.clone(), Input), (gu.clone(), Weight)], Expect::Exact);
+            check_with(op, &[(x.clone(), Input), (gu.clone(), Weight)], Expect::Rel(1e-5), CpuOptions { fma: true });
+        }
+    }
+}
+
+#[test]
+fn constants_are_copied_from_data() {
+    let t = Tensor::from_f32(vec![2, 3], vec![1.0, -2.0, 3.5, 0.0, f32::NAN, 7.0]);
+    let op = Op::Constant(slmcc_ir::ops::constant::Constant::from_tensor(t.clone()));
+    let got = run_jit(&op, &[], CpuOptions::default()).unwrap();
+    common::assert_same(&got[0], &t, Expect::Exact, "constant");
+    let b = Tensor::from_bool(vec![3], vec![true, false, true]);
+    let op = Op::Constant(slmcc_ir::ops::constant::Constant::from_tensor(b.clone()));
+    assert_eq!(run_jit(&op, &[], CpuOptions::default()).unwrap()[0], b);
+}
+
+#[test]
+fn gather_index_out_of_range_is_an_error_not_a_crash() {
+    let data = Tensor::from_f32(vec![3, 2], vec![0.0; 6]);
+    let idx = Tensor::from_i64(vec![2], vec![1, 3]);
+    let e = run_jit(
+        &Op::Gather(Gather { axis: 0 }),
+        &[(data, Input), (idx, Input)],
+        CpuOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("index out of range"), "{e}");
+}
+
+#[test]
+fn unsupported_ops_name_the_op() {
+    let x = Tensor::from_f32(vec![4], vec![1.0; 4]);
+    // Indices only known at run time are not handled by the table lowering.
+    let i = Tensor::from_i64(vec![1, 1], vec![2]);
+    let e = run_jit(
+        &Op::GatherNd(GatherNd { batch_dims: 0 }),
+        &[(x.clone(), Input), (i, Input)],
+        CpuOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("with indices computed at run time"),
+        "{e}"
+    );
+    let op = Op::CumSum(slmcc_ir::ops::cum_sum::CumSum {
+        axis: 0,
+        exclusive: false,
+        reverse: false,
+    });
+    let e = run_jit(&op, &[(x.clone(), Input)], CpuOptions::default()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("op `cum_sum` is not supported by the cpu backend yet"),
+        "{e}"
+    );
+    assert!(matches!(e, CpuError::AtNode { .. }), "{e:?}");
+    // Supported ops on dtypes the kernels do not handle say so too.
+    let h = x.cast(DType::F16);
+    let e = run_jit(
+        &Op::Unary(Unary::new(UnaryKind::Exp)),
+        &[(h, Input)],
+        CpuOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("op `exp` on f16"), "{e}");
+}

@@ -1,0 +1,239 @@
+//! `slmcc report`: the memory plan of every bucket, as text and optionally
+//! as an SVG picture of the arena over time.
+//!
+//! The input is a module that already holds plans (`.slm` written after
+//! `plan-memory`), or a model that is planned now with [`plan_pipeline`].
+//! Packages arrive with `slmcc compile`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use slmcc_ir::{MemoryPlan, Module, Region};
+use slmcc_passes::{PassManager, RunOptions};
+
+use super::load::load_module;
+use crate::cli::ReportArgs;
+use crate::exit::CmdResult;
+
+/// The buckets planned when none are given.
+pub const DEFAULT_BUCKETS: &str = "128,256,512";
+
+/// The pipeline that plans a model for `buckets` (`64,128`).
+pub fn plan_pipeline(buckets: &str) -> String {
+    format!("const-fold,dce,bucket-specialize{{buckets={buckets}}},plan-memory")
+}
+
+pub fn run(args: ReportArgs) -> CmdResult {
+    let path = &args.package;
+    if path.extension().is_some_and(|e| e == "slmpkg") {
+        return Err(anyhow!(
+            "{}: reading packages is not yet supported (give the .onnx model or a planned .slm)",
+            path.display()
+        )
+        .into());
+    }
+    let mut module = load_module(path)?;
+    let planned_now = module.plans.is_empty();
+    if planned_now {
+        let buckets = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
+        let options = RunOptions {
+            verify_each: true,
+            ..RunOptions::default()
+        };
+        PassManager::parse(&plan_pipeline(buckets), options)?
+            .run(&mut module, &mut std::io::sink())
+            .with_context(|| format!("{}", path.display()))?;
+    } else if args.buckets.is_some() {
+        return Err(anyhow!(
+            "{}: the module already holds memory plans; --buckets applies only to inputs planned now",
+            path.display()
+        )
+        .into());
+    }
+    print!("{}", text_report(&module, path, planned_now));
+    if let Some(svg) = &args.plan_svg {
+        super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The plans in the module's graph order (buckets ascending).
+fn planned_graphs(m: &Module) -> impl Iterator<Item = (&str, &MemoryPlan)> {
+    m.graphs
+        .iter()
+        .filter_map(|g| Some((g.name.as_str(), m.plans.get(&g.name)?)))
+}
+
+fn kib(bytes: u64) -> String {
+    format!("{:.1} KiB", bytes as f64 / 1024.0)
+}
+
+/// The text report: one block per planned graph.
+fn text_report(m: &Module, path: &Path, planned_now: bool) -> String {
+    let mut out = format!("{}: module @{}", path.display(), m.name);
+    if planned_now {
+        out.push_str(", planned now");
+    }
+    let _ = writeln!(out, ", {} planned graph(s)", m.plans.len());
+    for (name, plan) in planned_graphs(m) {
+        let g = m.graph(name);
+        let steps = g.map_or(plan.steps(), |g| g.nodes.len());
+        let bucket = match m.buckets.get(name) {
+            Some(b) => format!(", bucket {} = {} of @{}", b.symbol, b.size, b.base),
+            None => String::new(),
+        };
+        let in_place = plan.tensors.iter().filter(|t| t.in_place.is_some()).count();
+        let _ = writeln!(
+            out,
+            "\ngraph @{name}{bucket}: {steps} steps, {} tensors, {in_place} in place",
+            plan.tensors.len()
+        );
+        for r in Region::ALL {
+            let bytes = plan.regions.get(r);
+            let extra = if r == Region::Arena {
+                format!(
+                    "  lower bound {} ({}), ratio {:.3}",
+                    plan.lower_bound,
+                    kib(plan.lower_bound),
+                    plan.ratio()
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, "  {:<11}{bytes:>12} ({}){extra}", r.name(), kib(bytes));
+        }
+        let total = plan.regions.total();
+        let _ = writeln!(out, "  {:<11}{total:>12} ({})", "peak total", kib(total));
+    }
+    out
+}
+
+/// Escapes text for XML content and attribute values.
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A stable colour per name.
+fn colour(name: &str) -> String {
+    let h = name.bytes().fold(2166136261u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(16777619)
+    });
+    format!("hsl({},60%,62%)", h % 360)
+}
+
+const WIDTH: f64 = 1000.0;
+const PANEL: f64 = 360.0;
+const MARGIN: f64 = 60.0;
+
+/// One panel per planned graph, stacked: x = step, y = arena offset, one
+/// `rect` per arena tensor over its lifetime with a `title` naming it.
+pub fn plan_svg(m: &Module) -> String {
+    let panels = m.plans.len().max(1) as f64;
+    let height = panels * (PANEL + MARGIN) + MARGIN;
+    let mut out = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
+         width=\"{w}\" height=\"{height}\" viewBox=\"0 0 {w} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n",
+        w = WIDTH + 2.0 * MARGIN
+    );
+    let _ = writeln!(
+        out,
+        "<title>memory plans of module @{}</title>",
+        xml_escape(&m.name)
+    );
+    for (i, (name, plan)) in planned_graphs(m).enumerate() {
+        let top = MARGIN + i as f64 * (PANEL + MARGIN);
+        panel(&mut out, name, plan, top);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn panel(out: &mut String, name: &str, plan: &MemoryPlan, top: f64) {
+    let steps = plan.steps().max(1) as f64;
+    let arena = plan.regions.arena.max(1) as f64;
+    let (sx, sy) = (WIDTH / steps, PANEL / arena);
+    let _ = writeln!(
+        out,
+        "<g><text x=\"{MARGIN}\" y=\"{:.1}\">@{}: arena {} bytes, lower bound {} (ratio {:.3}), {} steps; x = step, y = offset</text>",
+        top - 8.0,
+        xml_escape(name),
+        plan.regions.arena,
+        plan.lower_bound,
+        plan.ratio(),
+        plan.steps()
+    );
+    let _ = writeln!(
+        out,
+        "<rect x=\"{MARGIN}\" y=\"{top:.1}\" width=\"{WIDTH}\" height=\"{PANEL}\" fill=\"none\" stroke=\"#444\"/>"
+    );
+    if plan.lower_bound > 0 {
+        let y = top + plan.lower_bound as f64 * sy;
+        let _ = writeln!(
+            out,
+            "<line x1=\"{MARGIN}\" y1=\"{y:.2}\" x2=\"{:.1}\" y2=\"{y:.2}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"><title>lower bound {} bytes</title></line>",
+            MARGIN + WIDTH,
+            plan.lower_bound
+        );
+    }
+    for t in &plan.tensors {
+        let (Region::Arena, Some((first, last))) = (t.region, t.live) else {
+            continue;
+        };
+        if t.size == 0 {
+            continue;
+        }
+        let in_place = match &t.in_place {
+            Some(src) => format!(", in place of %{src}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\" stroke=\"#222\" stroke-width=\"0.3\"><title>%{}: {} bytes at offset {}, steps {first} to {last}{}</title></rect>",
+            MARGIN + first as f64 * sx,
+            top + t.offset as f64 * sy,
+            (last - first + 1) as f64 * sx,
+            t.size as f64 * sy,
+            colour(&t.name),
+            xml_escape(&t.name),
+            t.size,
+            t.offset,
+            xml_escape(&in_place)
+        );
+    }
+    out.push_str("</g>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            xml_escape("a<b>&\"c'\u{1}"),
+            "a&lt;b&gt;&amp;&quot;c&apos;?"
+        );
+    }
+
+    #[test]
+    fn pipeline_names_the_buckets() {
+        assert_eq!(
+            plan_pipeline("64,128"),
+            "const-fold,dce,bucket-specialize{buckets=64,128},plan-memory"
+        );
+    }
+}

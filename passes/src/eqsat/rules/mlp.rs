@@ -1,0 +1,143 @@
+//! Gated MLPs: SwiGLU `silu(x @ w_gate) · (x @ w_up)` with
+//! `silu(g) = g · sigmoid(g)`, GeGLU with a fused `gelu` gate, either
+//! product order, and Phi-3's fused `gate_up` projection split in two
+//! halves (`split` or two `slice`s of one `matmul`).
+
+use egg::{rewrite as rw, Id, Subst};
+use slmcc_ir::ops::gelu::GeluApprox;
+use slmcc_ir::ops::glu::Glu;
+use slmcc_ir::{Attr, Dim, Op};
+
+use super::{attr, attr_ints, is_last_axis, known_int, try_add, ty, var, Build, EGraph};
+use crate::eqsat::language::AttrData;
+use crate::eqsat::runner::Rewrite;
+
+const SILU_G: &str = "(mul (matmul ?x ?wg) (sigmoid (matmul ?x ?wg)))";
+const SPLIT: &str = "(split ?axis ?sizes (matmul ?x ?w))";
+
+#[rustfmt::skip]
+pub fn rules() -> Vec<Rewrite> {
+    let p = |s: String| s.parse::<egg::Pattern<crate::eqsat::Lang>>().unwrap();
+    let silu_half = |k: usize, of: &str| format!("(mul (get {k} {of}) (sigmoid (get {k} {of})))");
+    let slice = |lo: &str, hi: &str| format!("(slice (matmul ?x ?w) {lo} {hi} ?axes ?steps)");
+    let (gate_slice, up_slice) = (slice("?g0", "?g1"), slice("?u0", "?u1"));
+    vec![
+        rw!("silu-order";        "(mul (sigmoid ?g) ?g)"                   => "(mul ?g (sigmoid ?g))"),
+        rw!("swiglu";            {p(format!("(mul {SILU_G} (matmul ?x ?wu))"))} => { glu(None) }),
+        rw!("swiglu-up-first";   {p(format!("(mul (matmul ?x ?wu) {SILU_G})"))} => { glu(None) }),
+        rw!("geglu";             "(mul (gelu ?a (matmul ?x ?wg)) (matmul ?x ?wu))" => { glu(Some("?a")) }),
+        rw!("geglu-up-first";    "(mul (matmul ?x ?wu) (gelu ?a (matmul ?x ?wg)))" => { glu(Some("?a")) }),
+        rw!("swiglu-split";      {p(format!("(mul {} (get 1 {SPLIT}))", silu_half(0, SPLIT)))} => { fused_glu(false) }),
+        rw!("swiglu-split-up-first"; {p(format!("(mul (get 1 {SPLIT}) {})", silu_half(0, SPLIT)))} => { fused_glu(false) }),
+        rw!("swiglu-slices";     {p(format!("(mul (mul {gate_slice} (sigmoid {gate_slice})) {up_slice})"))} => { fused_glu(true) }),
+        rw!("swiglu-slices-up-first"; {p(format!("(mul {up_slice} (mul {gate_slice} (sigmoid {gate_slice})))"))} => { fused_glu(true) }),
+    ]
+}
+
+/// The `approximate` of a `gelu` gate, as the `geglu` kind.
+fn approximate(eg: &EGraph, a: Id) -> Option<GeluApprox> {
+    match attr(eg, a)? {
+        AttrData::Attr(Attr::Str(s)) if s == "tanh" => Some(GeluApprox::Tanh),
+        AttrData::Attr(Attr::Str(s)) if s == "none" => Some(GeluApprox::None),
+        _ => None,
+    }
+}
+
+/// `act(x @ wg) · (x @ wu)` → `swiglu`/`geglu(x, wg, wu)`.
+fn glu(gelu: Option<&'static str>) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
+    Build(move |eg: &mut EGraph, _: Id, s: &Subst| {
+        let op = match gelu {
+            None => Glu::swiglu(),
+            Some(a) => Glu::geglu(approximate(eg, s[var(a)])?),
+        };
+        try_add(
+            eg,
+            Op::Glu(op),
+            &[s[var("?x")], s[var("?wg")], s[var("?wu")]],
+        )
+    })
+}
+
+/// The halves of `x @ w` along its last axis → `swiglu(x, w)`, read from a
+/// `split` into two equal sizes or from `[0, n)` and `[n, 2n)` slices.
+fn fused_glu(slices: bool) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
+    Build(move |eg: &mut EGraph, _: Id, s: &Subst| {
+        let (x, w) = (s[var("?x")], s[var("?w")]);
+        let rank = ty(eg, x)?.rank();
+        let cols = ty(eg, w)?.shape.dims().get(1)?.clone();
+        let half = cols.div_exact(&Dim::fixed(2))?;
+        let ok = if slices {
+            let one = |v: &str| known_int(eg, s[var(v)]);
+            let axis_last = one("?axes").is_some_and(|a| is_last_axis(a, rank));
+            let n = half.as_fixed();
+            axis_last
+                && one("?steps") == Some(1)
+                && one("?g0") == Some(0)
+                && n.is_some()
+                && one("?g1") == n
+                && one("?u0") == n
+                && one("?u1").is_some_and(|e| Some(e) >= cols.as_fixed())
+        } else {
+            let axis_last = matches!(attr_ints(eg, s[var("?axis")]).as_deref(), Some([a]) if is_last_axis(*a, rank));
+            let sizes = match attr(eg, s[var("?sizes")])? {
+                AttrData::Attr(Attr::List(v)) => v,
+                _ => return None,
+            };
+            axis_last && sizes == vec![Attr::dim(&half), Attr::dim(&half)]
+        };
+        if !ok {
+            return None;
+        }
+        try_add(eg, Op::Glu(Glu::swiglu()), &[x, w])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eqsat::rules::fusion;
+    use crate::eqsat::rules::testing::assert_rewrites;
+
+    const X: &str = "%x: f32[1, seq, 64], @wg: f32[64, 176], @wu: f32[64, 176], @w: f32[64, 352]";
+
+    #[test]
+    fn swiglu_as_llama_exports_it() {
+        let e = "(mul (mul (matmul %x @wg) (sigmoid (matmul %x @wg))) (matmul %x @wu))";
+        assert_rewrites(&fusion(), X, e, "(swiglu %x @wg @wu)");
+    }
+
+    #[test]
+    fn swiglu_up_first_and_sigmoid_first() {
+        let e = "(mul (matmul %x @wu) (mul (sigmoid (matmul %x @wg)) (matmul %x @wg)))";
+        assert_rewrites(&fusion(), X, e, "(swiglu %x @wg @wu)");
+    }
+
+    #[test]
+    fn phi3_fused_gate_up_split() {
+        let s = "(split 2 (list 176 176) (matmul %x @w))";
+        let e = format!("(mul (get 1 {s}) (mul (get 0 {s}) (sigmoid (get 0 {s}))))");
+        assert_rewrites(&fusion(), X, &e, "(swiglu %x @w)");
+    }
+
+    #[test]
+    fn fused_gate_up_slices() {
+        let c = |v: i64| format!("(constant i64[1]={v})");
+        let sl = |lo: i64, hi: i64| {
+            format!(
+                "(slice (matmul %x @w) {} {} {} {})",
+                c(lo),
+                c(hi),
+                c(-1),
+                c(1)
+            )
+        };
+        let (g, u) = (sl(0, 176), sl(176, 352));
+        let e = format!("(mul (mul {g} (sigmoid {g})) {u})");
+        assert_rewrites(&fusion(), X, &e, "(swiglu %x @w)");
+    }
+
+    #[test]
+    fn geglu_from_a_fused_gelu() {
+        let e = "(mul (gelu 'tanh' (matmul %x @wg)) (matmul %x @wu))";
+        assert_rewrites(&fusion(), X, e, "(geglu 'tanh' %x @wg @wu)");
+    }
+}

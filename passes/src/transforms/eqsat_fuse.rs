@@ -1,0 +1,175 @@
+//! `eqsat-fuse`: fuse transformer building blocks by equality saturation.
+
+use std::collections::HashMap;
+
+use slmcc_ir::verify::node_label;
+use slmcc_ir::{Graph, Module, Op, OpDef};
+
+use crate::eqsat::{optimize, rules, CostModel, CpuCost, Limits};
+use crate::options::PassOptions;
+use crate::pass::{failed, Pass, PassError, Statistics};
+
+/// Rewrites each graph with the canonicalization rules and the fusion rules
+/// ([`crate::eqsat::rules`]: `norm`, `gelu`, `mlp`, `rope`, `attention`,
+/// `mask`) and extracts the cheapest equivalent graph under the target's
+/// cost model (the CPU model for now), so the decomposed RMSNorm,
+/// LayerNorm, residual add + norm, GELU, SwiGLU/GeGLU, rotary embedding and
+/// attention subgraphs that PyTorch's exporters write become `rms_norm`,
+/// `layer_norm`, `add_rms_norm`/`add_layer_norm` (both results),
+/// `gelu`, `swiglu`/`geglu`, `rope` and `attention` (GQA folded into
+/// `kv_heads`; a provably causal mask as `causal = true`).
+///
+/// Requires: a graph that verifies; `const-fold` first, so the constants
+/// rules read are visible. Guarantees: the graph computes the same values
+/// up to floating-point reassociation and the fused ops' one rounding;
+/// graph outputs keep their names, every value whose e-class holds an
+/// original value keeps that value's name. Bounded by `node-limit`,
+/// `iter-limit` and `time-limit-ms`.
+///
+/// Statistics: per fused op how many were formed (`formed-attention`,
+/// `formed-rope`, `formed-swiglu`, `formed-geglu`, `formed-gelu`,
+/// `formed-rms-norm`, `formed-layer-norm`, `formed-add-rms-norm`,
+/// `formed-add-layer-norm`); the e-graph (`egraph-nodes`,
+/// `egraph-classes`, `iterations`, `saturation-us`, the stop reason
+/// `stop-*`); `attention-mask-operands` (attentions that kept a mask
+/// operand); and the unfused candidates left, each named with its reason:
+/// `unfused-softmax-outside-attention`, `unfused-reduce-mean-outside-norm`,
+/// `unfused-sigmoid-outside-swiglu`, `unfused-erf-outside-gelu`,
+/// `unfused-tanh-outside-gelu`, `unfused-neg-outside-rope`,
+/// `unfused-add-before-norm` (a norm of a residual add). Each unfused node
+/// is also logged at `info` level.
+pub struct EqsatFuse {
+    limits: Limits,
+    cost: Box<dyn CostModel>,
+}
+
+impl EqsatFuse {
+    pub fn from_options(o: &PassOptions) -> EqsatFuse {
+        EqsatFuse {
+            limits: Limits::from_options(o),
+            cost: Box::new(CpuCost::default()),
+        }
+    }
+}
+
+/// The fused ops and their statistic.
+const FORMED: &[(&str, &str)] = &[
+    ("attention", "formed-attention"),
+    ("rope", "formed-rope"),
+    ("swiglu", "formed-swiglu"),
+    ("geglu", "formed-geglu"),
+    ("gelu", "formed-gelu"),
+    ("rms_norm", "formed-rms-norm"),
+    ("layer_norm", "formed-layer-norm"),
+    ("add_rms_norm", "formed-add-rms-norm"),
+    ("add_layer_norm", "formed-add-layer-norm"),
+];
+
+fn count_ops(g: &Graph) -> HashMap<&'static str, u64> {
+    let mut n = HashMap::new();
+    for node in &g.nodes {
+        *n.entry(node.op.mnemonic()).or_insert(0) += 1;
+    }
+    n
+}
+
+/// The candidate a remaining node is, with its statistic and reason.
+fn unfused(
+    g: &Graph,
+    node: &slmcc_ir::Node,
+    producers: &[Option<slmcc_ir::Producer>],
+) -> Option<(&'static str, &'static str)> {
+    use slmcc_ir::ops::binary::BinaryKind;
+    use slmcc_ir::ops::reduce::ReduceKind;
+    use slmcc_ir::ops::unary::UnaryKind;
+    Some(match &node.op {
+        Op::Softmax(_) => (
+            "unfused-softmax-outside-attention",
+            "softmax not inside an attention",
+        ),
+        Op::Reduce(r) if r.kind == ReduceKind::Mean => (
+            "unfused-reduce-mean-outside-norm",
+            "reduce_mean not inside a norm",
+        ),
+        Op::Unary(u) => match u.kind {
+            UnaryKind::Sigmoid => (
+                "unfused-sigmoid-outside-swiglu",
+                "sigmoid not inside a swiglu",
+            ),
+            UnaryKind::Erf => ("unfused-erf-outside-gelu", "erf not inside a gelu"),
+            UnaryKind::Tanh => ("unfused-tanh-outside-gelu", "tanh not inside a gelu"),
+            UnaryKind::Neg => ("unfused-neg-outside-rope", "neg not inside a rope"),
+            _ => return None,
+        },
+        Op::RmsNorm(_) | Op::LayerNorm(_) => {
+            let p = producers[node.inputs[0].index()]?;
+            let add = &g.nodes[p.node];
+            let same = add.inputs.len() == 2 && g.ty(add.inputs[0]) == g.ty(add.inputs[1]);
+            match &add.op {
+                Op::Binary(b) if b.kind == BinaryKind::Add && same => (
+                    "unfused-add-before-norm",
+                    "residual add feeding a norm not fused",
+                ),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Records the fused ops formed and the candidates left unfused in `after`.
+fn record(before: &Graph, after: &Graph, stats: &mut Statistics) {
+    let (b, a) = (count_ops(before), count_ops(after));
+    for (op, stat) in FORMED {
+        let formed = a
+            .get(op)
+            .unwrap_or(&0)
+            .saturating_sub(*b.get(op).unwrap_or(&0));
+        stats.add(stat, formed);
+    }
+    let masks = after
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Attention(_)) && n.inputs.len() == 4)
+        .count();
+    stats.add("attention-mask-operands", masks as u64);
+    let producers = after.producers();
+    let mut left: HashMap<&'static str, u64> = HashMap::new();
+    for (i, node) in after.nodes.iter().enumerate() {
+        if let Some((stat, why)) = unfused(after, node, &producers) {
+            *left.entry(stat).or_insert(0) += 1;
+            tracing::info!("graph @{}: {}: {why}", after.name, node_label(after, i));
+        }
+    }
+    for stat in [
+        "unfused-softmax-outside-attention",
+        "unfused-reduce-mean-outside-norm",
+        "unfused-sigmoid-outside-swiglu",
+        "unfused-erf-outside-gelu",
+        "unfused-tanh-outside-gelu",
+        "unfused-neg-outside-rope",
+        "unfused-add-before-norm",
+    ] {
+        stats.add(stat, *left.get(stat).unwrap_or(&0));
+    }
+}
+
+impl Pass for EqsatFuse {
+    fn name(&self) -> &'static str {
+        "eqsat-fuse"
+    }
+
+    fn run(&mut self, module: &mut Module, stats: &mut Statistics) -> Result<bool, PassError> {
+        let before = slmcc_ir::text::print_module(module);
+        let rules = rules::fusion();
+        for gi in 0..module.graphs.len() {
+            let g = &module.graphs[gi];
+            let (out, report) = optimize(g, module, &rules, self.limits, self.cost.as_ref())
+                .map_err(|e| failed("eqsat-fuse", format!("graph @{}: {e}", g.name)))?;
+            record(g, &out, stats);
+            report.record(stats);
+            module.graphs[gi] = out;
+        }
+        Ok(slmcc_ir::text::print_module(module) != before)
+    }
+}

@@ -1,0 +1,316 @@
+//! The executor over a memory plan: one allocation per region at load, none
+//! per step.
+//!
+//! [`Executor::load`] takes a planned graph (`plan-memory` has run), allocates
+//! each region of its [`MemoryPlan`] once (64-byte aligned, zeroed), copies
+//! the weights and the `constant` results into their read-only regions, asks
+//! a [`KernelSet`] for one [`Kernel`] per remaining node, and fixes every
+//! operand and result of every node to its place in the regions
+//! ([`TensorRef`]). [`Executor::run`] then only calls the kernels in schedule
+//! order with those pointers: the loop itself allocates nothing. Inputs are
+//! written into their arena slots ([`Executor::input_mut`]) and outputs read
+//! from theirs ([`Executor::output`]), also without allocating.
+//!
+//! Kernels are backend business (the Cranelift CPU backend, the NPU
+//! simulator); this module fixes only the calling convention. Until packages
+//! exist, the weights region is filled by copying from the module's weight
+//! store at load; the package loader will map it instead.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+use slmcc_ir::verify::node_label;
+use slmcc_ir::{DType, Graph, MemoryPlan, Module, Op, Region, RegionSizes, ValueDef};
+
+/// Where one operand or result lives during a step.
+///
+/// Kernels get raw pointers because an in-place result aliases its operand.
+/// The executor guarantees, for the duration of a call: `ptr` is valid for
+/// `bytes` bytes and 64-byte aligned; the results do not overlap each other
+/// or any operand, except a result computed in place, whose `ptr` and
+/// `bytes` are exactly its operand's; kernels write only to results and
+/// scratch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorRef {
+    pub ptr: *mut u8,
+    pub bytes: usize,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl TensorRef {
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// What a kernel sees for one step.
+pub struct KernelArgs<'a> {
+    pub inputs: &'a [TensorRef],
+    pub outputs: &'a [TensorRef],
+    /// The scratch region, shared by all steps (`scratch_bytes` long).
+    pub scratch: *mut u8,
+    pub scratch_bytes: usize,
+}
+
+/// A kernel's failure; a static message, so that failing does not allocate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelError(pub &'static str);
+
+/// The code of one node, chosen at load.
+pub type Kernel = Box<dyn Fn(&KernelArgs<'_>) -> Result<(), KernelError>>;
+
+/// A backend's kernels: one per node, chosen (and possibly specialised to
+/// the node's static shapes) at load. `constant` nodes never ask: their
+/// values are in the constants region.
+pub trait KernelSet {
+    fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String>;
+}
+
+/// A failure to load or run, naming the graph and, when a node is at fault,
+/// the node.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("graph @{graph}{}: {message}", node.as_ref().map(|n| format!(", node {n}")).unwrap_or_default())]
+pub struct ExecError {
+    pub graph: String,
+    pub node: Option<String>,
+    pub message: String,
+}
+
+/// One region's memory: allocated zeroed and 64-byte aligned at load, freed
+/// on drop. Every access goes through the one raw pointer.
+struct RegionBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl RegionBuf {
+    fn new(len: usize) -> Result<RegionBuf, String> {
+        if len == 0 {
+            // Aligned and never dereferenced: no tensor has bytes here.
+            return Ok(RegionBuf {
+                ptr: NonNull::<[u8; 64]>::dangling().cast(),
+                len,
+            });
+        }
+        let layout = Layout::from_size_align(len, 64).map_err(|e| e.to_string())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| format!("cannot allocate {len} bytes"))?;
+        Ok(RegionBuf { ptr, len })
+    }
+
+    fn at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.len);
+        // SAFETY: offsets come from a checked plan, inside the region.
+        unsafe { self.ptr.as_ptr().add(offset) }
+    }
+}
+
+impl Drop for RegionBuf {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            let layout = Layout::from_size_align(self.len, 64).expect("made at load");
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
+    }
+}
+
+/// A graph input or output and its slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub name: String,
+    pub region: Region,
+    pub offset: usize,
+    pub bytes: usize,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+struct Step {
+    node: usize,
+    kernel: Kernel,
+    inputs: Vec<TensorRef>,
+    outputs: Vec<TensorRef>,
+}
+
+/// A planned graph loaded for execution.
+pub struct Executor {
+    graph: String,
+    labels: Vec<String>,
+    regions: Vec<RegionBuf>,
+    sizes: RegionSizes,
+    steps: Vec<Step>,
+    inputs: Vec<Slot>,
+    outputs: Vec<Slot>,
+}
+
+fn region_index(r: Region) -> usize {
+    Region::ALL
+        .iter()
+        .position(|&x| x == r)
+        .expect("every region")
+}
+
+impl Executor {
+    /// Loads graph `graph` of `module` with its plan (see the module doc).
+    pub fn load(
+        module: &Module,
+        graph: &str,
+        kernels: &dyn KernelSet,
+    ) -> Result<Executor, ExecError> {
+        let err = |node: Option<String>, message: String| ExecError {
+            graph: graph.to_string(),
+            node,
+            message,
+        };
+        let g = module
+            .graph(graph)
+            .ok_or_else(|| err(None, "no such graph".to_string()))?;
+        let plan: &MemoryPlan = module
+            .plans
+            .get(graph)
+            .ok_or_else(|| err(None, "no memory plan (run plan-memory)".to_string()))?;
+        slmcc_ir::plan::check_against(plan, g)
+            .map_err(|e| err(None, format!("memory plan: {e}")))?;
+        let regions = Region::ALL
+            .iter()
+            .map(|&r| RegionBuf::new(plan.regions.get(r) as usize))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|m| err(None, m))?;
+
+        // Where each value lives.
+        let mut place: Vec<Option<(Region, usize)>> = vec![None; g.value_count()];
+        for (id, v) in g.values() {
+            let weight = matches!(v.def, ValueDef::Weight(_));
+            if let Some(t) = plan.get(&v.name, weight) {
+                place[id.index()] = Some((t.region, t.offset as usize));
+            }
+        }
+        let tensor_ref = |v: slmcc_ir::ValueId| -> TensorRef {
+            let (r, off) = place[v.index()].expect("every used value is planned");
+            let ty = g.ty(v);
+            TensorRef {
+                ptr: regions[region_index(r)].at(off),
+                bytes: slmcc_ir::plan::value_bytes(ty).expect("planned types are static") as usize,
+                dtype: ty.dtype,
+                shape: ty.shape.as_fixed().expect("planned types are static"),
+            }
+        };
+        let write = |r: &TensorRef, bytes: &[u8]| {
+            assert_eq!(bytes.len(), r.bytes, "a value's bytes match its type");
+            // SAFETY: `r` points at `r.bytes` bytes of a region we own.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), r.ptr, r.bytes) };
+        };
+
+        for (id, v) in g.values() {
+            if let (ValueDef::Weight(name), Some(_)) = (&v.def, place[id.index()]) {
+                let t = module
+                    .weights
+                    .tensor(name)
+                    .map_err(|e| err(None, e.to_string()))?
+                    .ok_or_else(|| err(None, format!("weight @{name} has no data")))?;
+                write(&tensor_ref(id), &t.to_le_bytes());
+            }
+        }
+        let mut steps = Vec::with_capacity(g.nodes.len());
+        for (n, node) in g.nodes.iter().enumerate() {
+            if let Op::Constant(c) = &node.op {
+                let t = c.value.as_tensor(c.ty.dtype).ok_or_else(|| {
+                    err(
+                        Some(node_label(g, n)),
+                        "constant is still symbolic".to_string(),
+                    )
+                })?;
+                write(&tensor_ref(node.outputs[0]), &t.to_le_bytes());
+                continue;
+            }
+            let kernel = kernels
+                .kernel(g, n)
+                .map_err(|m| err(Some(node_label(g, n)), m))?;
+            steps.push(Step {
+                node: n,
+                kernel,
+                inputs: node.inputs.iter().map(|&v| tensor_ref(v)).collect(),
+                outputs: node.outputs.iter().map(|&v| tensor_ref(v)).collect(),
+            });
+        }
+        let slot = |v: slmcc_ir::ValueId| {
+            let (region, offset) = place[v.index()].expect("planned");
+            let r = tensor_ref(v);
+            Slot {
+                name: g.value(v).name.clone(),
+                region,
+                offset,
+                bytes: r.bytes,
+                dtype: r.dtype,
+                shape: r.shape,
+            }
+        };
+        let inputs = g.inputs.iter().map(|&v| slot(v)).collect();
+        let outputs = g.outputs.iter().map(|&v| slot(v)).collect();
+        Ok(Executor {
+            graph: graph.to_string(),
+            labels: (0..g.nodes.len()).map(|n| node_label(g, n)).collect(),
+            regions,
+            sizes: plan.regions,
+            steps,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The bytes held per region (allocated once at load).
+    pub fn region_sizes(&self) -> RegionSizes {
+        self.sizes
+    }
+
+    pub fn inputs(&self) -> &[Slot] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[Slot] {
+        &self.outputs
+    }
+
+    /// The arena bytes of input `i`, to write before every [`Executor::run`]
+    /// (the plan reuses an input's bytes once its last reader has run).
+    pub fn input_mut(&mut self, i: usize) -> &mut [u8] {
+        let s = &self.inputs[i];
+        let p = self.regions[region_index(s.region)].at(s.offset);
+        // SAFETY: the slot lies inside the region; `&mut self` makes this the
+        // only access while the slice lives.
+        unsafe { std::slice::from_raw_parts_mut(p, s.bytes) }
+    }
+
+    /// The bytes of output `i`, valid after [`Executor::run`].
+    pub fn output(&self, i: usize) -> &[u8] {
+        let s = &self.outputs[i];
+        let p = self.regions[region_index(s.region)].at(s.offset);
+        // SAFETY: the slot lies inside the region; `&self` rules out writes.
+        unsafe { std::slice::from_raw_parts(p, s.bytes) }
+    }
+
+    /// Runs every step. Allocates nothing unless a kernel fails (the error
+    /// names the node).
+    pub fn run(&mut self) -> Result<(), ExecError> {
+        let scratch = &self.regions[region_index(Region::Scratch)];
+        for step in &self.steps {
+            let args = KernelArgs {
+                inputs: &step.inputs,
+                outputs: &step.outputs,
+                scratch: scratch.at(0),
+                scratch_bytes: scratch.len,
+            };
+            if let Err(KernelError(message)) = (step.kernel)(&args) {
+                return Err(ExecError {
+                    graph: self.graph.clone(),
+                    node: Some(self.labels[step.node].clone()),
+                    message: message.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
