@@ -8,6 +8,9 @@ use common::{one_node, Kind, Lcg};
 use object::{Architecture, BinaryFormat, Object, ObjectSymbol, SymbolKind};
 use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
 use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::ops::add_layer_norm::AddLayerNorm;
+use slmcc_ir::ops::add_rms_norm::AddRmsNorm;
+use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::cast::Cast;
 use slmcc_ir::ops::gather::Gather;
@@ -17,6 +20,7 @@ use slmcc_ir::ops::layer_norm::LayerNorm;
 use slmcc_ir::ops::matmul::MatMul;
 use slmcc_ir::ops::reduce::{Reduce, ReduceKind};
 use slmcc_ir::ops::rms_norm::RmsNorm;
+use slmcc_ir::ops::rope::Rope;
 use slmcc_ir::ops::softmax::Softmax;
 use slmcc_ir::ops::transpose::Transpose;
 use slmcc_ir::ops::unary::{Unary, UnaryKind};
@@ -38,13 +42,13 @@ module @m {
 }
 "#;
     let m = parse_module(src).unwrap();
-    let obj = compile_object(
-        &m.graphs[0],
-        AARCH64_LINUX,
-        "slm_main",
-        &CpuOptions::default(),
-    )
-    .unwrap();
+    // Without `fast_math` softmax calls the reference's `expf` (with it,
+    // the exp is inline vector code).
+    let options = CpuOptions {
+        fast_math: false,
+        ..CpuOptions::default()
+    };
+    let obj = compile_object(&m.graphs[0], AARCH64_LINUX, "slm_main", &options).unwrap();
     assert_eq!(obj.kernels.len(), 4);
     let file = object::File::parse(&*obj.bytes).unwrap();
     assert_eq!(file.format(), BinaryFormat::Elf);
@@ -78,6 +82,8 @@ fn every_kernel_family_compiles_for_aarch64() {
     let x = rng.tensor(&[3, 7, 9], 1.0);
     let w = rng.tensor(&[9, 10], 1.0);
     let hw = rng.tensor(&[9], 1.0);
+    let x7 = rng.tensor(&[3, 7], 1.0);
+    let h7 = rng.tensor(&[7], 1.0);
     let cases: Vec<(Op, Vec<(Tensor, Kind)>)> = vec![
         (
             MatMul.into(),
@@ -156,7 +162,80 @@ fn every_kernel_family_compiles_for_aarch64() {
             vec![(x, Kind::Weight), (rng.ints(&[2, 3], -7, 6), Kind::Input)],
         ),
     ];
-    for (op, operands) in cases {
+    // The fused transformer ops, and a GEMM large enough to pack and block.
+    let q = rng.tensor(&[1, 4, 5, 8], 1.0);
+    let kv = rng.tensor(&[1, 2, 600, 8], 1.0);
+    let table = rng.tensor(&[5, 8], 1.0);
+    let table4 = rng.tensor(&[5, 4], 1.0);
+    let big = rng.tensor(&[12, 1100], 1.0);
+    let bw = rng.tensor(&[1100, 24], 1.0);
+    let fused: Vec<(Op, Vec<(Tensor, Kind)>)> = vec![
+        (
+            Attention {
+                causal: true,
+                window: 3,
+                softcap: 5.0,
+                ..Attention::new(2, 0.3)
+            }
+            .into(),
+            vec![
+                (q.clone(), Kind::Input),
+                (kv.clone(), Kind::Input),
+                (kv, Kind::Input),
+                (rng.bools(&[1, 1, 5, 600]), Kind::Input),
+            ],
+        ),
+        (
+            Rope::new(8).into(),
+            vec![
+                (q.clone(), Kind::Input),
+                (table.clone(), Kind::Input),
+                (table, Kind::Input),
+            ],
+        ),
+        (
+            Rope {
+                rotary_dim: 4,
+                interleaved: true,
+            }
+            .into(),
+            vec![
+                (q, Kind::Input),
+                (table4.clone(), Kind::Input),
+                (table4, Kind::Input),
+            ],
+        ),
+        (
+            AddRmsNorm::default().into(),
+            vec![
+                (x7.clone(), Kind::Input),
+                (x7.clone(), Kind::Input),
+                (h7.clone(), Kind::Weight),
+            ],
+        ),
+        (
+            AddLayerNorm::default().into(),
+            vec![
+                (x7.clone(), Kind::Input),
+                (x7, Kind::Input),
+                (h7.clone(), Kind::Weight),
+                (h7, Kind::Weight),
+            ],
+        ),
+        (
+            MatMul.into(),
+            vec![(big.clone(), Kind::Input), (bw.clone(), Kind::Weight)],
+        ),
+        (
+            Glu::swiglu().into(),
+            vec![
+                (big, Kind::Input),
+                (bw.clone(), Kind::Weight),
+                (bw, Kind::Weight),
+            ],
+        ),
+    ];
+    for (op, operands) in cases.into_iter().chain(fused) {
         let m = one_node(&op, &operands).unwrap();
         let what = slmcc_ir::OpDef::mnemonic(&op);
         let obj = compile_object(&m.graphs[0], AARCH64_LINUX, "k", &CpuOptions::default())

@@ -12,9 +12,14 @@ mod common;
 use common::{check, check_with, run_jit, Expect, Kind, Lcg};
 use proptest::prelude::*;
 use slmcc_backends::cpu::{CpuError, CpuOptions};
+use slmcc_ir::ops::add_layer_norm::AddLayerNorm;
+use slmcc_ir::ops::add_rms_norm::AddRmsNorm;
+use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::cast::Cast;
 use slmcc_ir::ops::concat::Concat;
+use slmcc_ir::ops::constant_of_shape::ConstantOfShape;
+use slmcc_ir::ops::cum_sum::CumSum;
 use slmcc_ir::ops::expand::Expand;
 use slmcc_ir::ops::gather::Gather;
 use slmcc_ir::ops::gather_elements::GatherElements;
@@ -23,14 +28,19 @@ use slmcc_ir::ops::gelu::{Gelu, GeluApprox};
 use slmcc_ir::ops::glu::Glu;
 use slmcc_ir::ops::layer_norm::LayerNorm;
 use slmcc_ir::ops::matmul::MatMul;
+use slmcc_ir::ops::range::Range;
 use slmcc_ir::ops::reduce::{Reduce, ReduceKind};
 use slmcc_ir::ops::reshape::Reshape;
 use slmcc_ir::ops::rms_norm::RmsNorm;
+use slmcc_ir::ops::rope::Rope;
+use slmcc_ir::ops::shape_of::ShapeOf;
+use slmcc_ir::ops::size::Size;
 use slmcc_ir::ops::slice::Slice;
 use slmcc_ir::ops::softmax::Softmax;
 use slmcc_ir::ops::split::Split;
 use slmcc_ir::ops::squeeze::Squeeze;
 use slmcc_ir::ops::transpose::Transpose;
+use slmcc_ir::ops::trilu::Trilu;
 use slmcc_ir::ops::unary::{Unary, UnaryKind};
 use slmcc_ir::ops::unsqueeze::Unsqueeze;
 use slmcc_ir::ops::where_::Where;
@@ -169,7 +179,7 @@ proptest! {
         let (x, w) = (rng.tensor(&a, 1.0), rng.tensor(&b, 1.0));
         let kind = if rng.below(2) == 0 { Input } else { Weight };
         check(MatMul, &[(x.clone(), Input), (w.clone(), kind)], Expect::Exact);
-        check_with(MatMul, &[(x, Input), (w, kind)], Expect::Rel(1e-5), CpuOptions { fma: true });
+        check_with(MatMul, &[(x, Input), (w, kind)], Expect::Rel(1e-5), CpuOptions::default());
         // 1-D operands are promoted, and the added axis removed.
         let v = rng.tensor(&[k], 1.0);
         check(MatMul, &[(v.clone(), Input), (rng.tensor(&[k, n], 1.0), Input)], Expect::Exact);
@@ -327,7 +337,343 @@ proptest! {
         for op in [Glu::swiglu(), Glu::geglu(GeluApprox::None), Glu::geglu(GeluApprox::Tanh)] {
             check(op, &[(x.clone(), Input), (g.clone(), Weight), (u.clone(), Weight)], Expect::Exact);
             check(op, &[(x.clone(), Input), (gu.clone(), Weight)], Expect::Exact);
-            check_with(op, &[(x.clone(), Input), (gu.clone(), Weight)], Expect::Rel(1e-5), CpuOptions { fma: true });
+            check_with(op, &[(x.clone(), Input), (gu.clone(), Weight)], Expect::Rel(1e-5), CpuOptions::default());
+        }
+    }
+}
+
+/// A random attention node and operands: GQA/MQA/MHA, any `s` against
+/// `t` (fewer keys than queries too), head dims that are not multiples of
+/// 4, causal with or without a window, soft-capping, and no mask, a float
+/// mask (with `-inf` and large negative entries) or a bool mask, of any
+/// shape that broadcasts to the scores.
+fn attention_case(rng: &mut Lcg, t_max: usize) -> (Attention, Vec<(Tensor, Kind)>) {
+    let b = 1 + rng.below(2) as usize;
+    let hkv = 1 + rng.below(3) as usize;
+    let hq = hkv * (1 + rng.below(3) as usize);
+    let s = 1 + rng.below(6) as usize;
+    let t = rng.below(t_max as u64 + 1) as usize;
+    let d = 1 + rng.below(19) as usize;
+    let dv = 1 + rng.below(19) as usize;
+    let causal = rng.below(2) == 0;
+    let op = Attention {
+        kv_heads: hkv as i64,
+        scale: 0.1 + rng.f32().abs(),
+        causal,
+        window: if causal && rng.below(2) == 0 {
+            1 + rng.below(4) as i64
+        } else {
+            0
+        },
+        softcap: if rng.below(4) == 0 {
+            0.5 + 2.0 * rng.f32().abs()
+        } else {
+            0.0
+        },
+    };
+    let mut operands = vec![
+        (rng.tensor(&[b, hq, s, d], 2.0), Input),
+        (rng.tensor(&[b, hkv, t, d], 2.0), Input),
+        (rng.tensor(&[b, hkv, t, dv], 2.0), Input),
+    ];
+    let scores = [b, hq, s, t];
+    match rng.below(3) {
+        0 => {}
+        kind => {
+            let shape: Vec<usize> = scores[rng.below(5) as usize..]
+                .iter()
+                .map(|&x| if rng.below(3) == 0 { 1 } else { x })
+                .collect();
+            let m = if kind == 1 {
+                let mut v = rng.tensor(&shape, 3.0).to_f32_vec();
+                for x in v.iter_mut() {
+                    match rng.below(6) {
+                        0 => *x = f32::NEG_INFINITY,
+                        1 => *x = f32::MIN,
+                        _ => {}
+                    }
+                }
+                Tensor::from_f32(shape, v)
+            } else {
+                let n = shape.iter().product();
+                Tensor::from_bool(shape, (0..n).map(|_| rng.below(4) != 0).collect())
+            };
+            operands.push((m, if rng.below(2) == 0 { Input } else { Const }));
+        }
+    }
+    (op, operands)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Up to one tile of keys: bit-exact in the reference's order; with
+    /// `fast_math` and FMA within 1e-5 (the goldens' measure).
+    #[test]
+    fn attention_one_tile(seed: u64) {
+        let mut rng = Lcg(seed);
+        let (op, operands) = attention_case(&mut rng, 12);
+        check(op, &operands, Expect::Exact);
+        check_with(op, &operands, Expect::Rel(1e-5), CpuOptions::default());
+    }
+}
+
+/// More keys than one tile: the online softmax over tiles, within 1e-5 in
+/// both modes, for prefill-like and decode-like rows.
+#[test]
+fn attention_many_tiles() {
+    let mut rng = Lcg(7);
+    for (s, t, window, mask) in [
+        (3, 1300, 0, false),
+        (2, 1100, 700, false),
+        (1, 1030, 0, true),
+        (600, 600, 0, false),
+    ] {
+        let op = Attention {
+            causal: s != 1,
+            window,
+            ..Attention::new(2, 0.125)
+        };
+        let (hq, d) = (4, 16);
+        let mut operands = vec![
+            (rng.tensor(&[1, hq, s, d], 3.0), Input),
+            (rng.tensor(&[1, 2, t, d], 3.0), Input),
+            (rng.tensor(&[1, 2, t, 12], 1.0), Input),
+        ];
+        if mask {
+            // Masks every key of the first tile: the second raises the max from -inf.
+            let keep: Vec<bool> = (0..t).map(|j| j >= 600 && j % 7 != 0).collect();
+            operands.push((Tensor::from_bool(vec![1, 1, 1, t], keep), Input));
+        }
+        check(op, &operands, Expect::Rel(1e-5));
+        check_with(op, &operands, Expect::Rel(1e-5), CpuOptions::default());
+    }
+}
+
+#[test]
+fn attention_fully_masked_rows_are_zero() {
+    let mut rng = Lcg(11);
+    let q = rng.tensor(&[1, 2, 2, 8], 1.0);
+    let k = rng.tensor(&[1, 1, 3, 8], 1.0);
+    let v = rng.tensor(&[1, 1, 3, 8], 1.0);
+    let mut keep = vec![true; 12];
+    keep[..3].fill(false);
+    let m = Tensor::from_bool(vec![1, 2, 2, 3], keep);
+    let ops = [
+        (q.clone(), Input),
+        (k.clone(), Input),
+        (v.clone(), Input),
+        (m, Input),
+    ];
+    for options in [CpuOptions::exact(), CpuOptions::default()] {
+        let got = run_jit(&Op::Attention(Attention::new(1, 0.3)), &ops, options).unwrap();
+        let out = got[0].to_f32_vec();
+        assert!(out[..8].iter().all(|&x| x == 0.0), "{out:?}");
+        assert!(out[8..].iter().all(|x| x.is_finite() && *x != 0.0));
+    }
+    // More queries than keys: the first ones see nothing; and no keys at all.
+    let causal = Attention {
+        causal: true,
+        ..Attention::new(1, 0.3)
+    };
+    let q4 = rng.tensor(&[1, 1, 4, 8], 1.0);
+    let k2 = rng.tensor(&[1, 1, 2, 8], 1.0);
+    check(
+        causal,
+        &[(q4.clone(), Input), (k2.clone(), Input), (k2, Input)],
+        Expect::Exact,
+    );
+    let k0 = Tensor::from_f32(vec![1, 1, 0, 8], vec![]);
+    check(
+        causal,
+        &[(q4, Input), (k0.clone(), Input), (k0, Input)],
+        Expect::Exact,
+    );
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Bit-exact: every layout of the tables, partial rotary, both
+    /// rotations.
+    #[test]
+    fn rope_all_layouts(b in 1usize..3, h in 1usize..4, s in 1usize..6, half in 1usize..7, extra in 0usize..5, seed: u64) {
+        let mut rng = Lcg(seed);
+        let r = 2 * half;
+        let d = r + extra;
+        let x = rng.tensor(&[b, h, s, d], 3.0);
+        let layout = match rng.below(5) {
+            0 => vec![s, r],
+            1 => vec![if rng.below(2) == 0 { b } else { 1 }, s, r],
+            _ => vec![
+                if rng.below(2) == 0 { b } else { 1 },
+                if rng.below(2) == 0 { h } else { 1 },
+                s,
+                r,
+            ],
+        };
+        let (c, sn) = (rng.tensor(&layout, 1.0), rng.tensor(&layout, 1.0));
+        for interleaved in [false, true] {
+            let op = Rope { rotary_dim: r as i64, interleaved };
+            let kind = if rng.below(2) == 0 { Input } else { Const };
+            check(op, &[(x.clone(), Input), (c.clone(), kind), (sn.clone(), kind)], Expect::Exact);
+        }
+    }
+
+    /// Bit-exact: both results of the add+norms.
+    #[test]
+    fn add_norms(rows in shape(2, 5), hidden in 1usize..40, seed: u64) {
+        let mut rng = Lcg(seed);
+        let mut s = rows.clone();
+        s.push(hidden);
+        let (x, r) = (rng.tensor(&s, 3.0), rng.tensor(&s, 3.0));
+        let (w, bias) = (rng.tensor(&[hidden], 1.0), rng.tensor(&[hidden], 1.0));
+        for op in [AddRmsNorm::default(), AddRmsNorm { eps: 1e-5, offset: 1.0 }] {
+            check(op, &[(x.clone(), Input), (r.clone(), Input), (w.clone(), Weight)], Expect::Exact);
+        }
+        let ln = AddLayerNorm { eps: 1e-5 };
+        check(ln, &[(x.clone(), Input), (r.clone(), Input), (w.clone(), Weight), (bias, Weight)], Expect::Exact);
+        check(ln, &[(x, Input), (r, Input), (w, Input)], Expect::Exact);
+    }
+
+    /// Bit-exact: triangles of any dtype with any `k`, running sums of
+    /// floats and integers in every direction, ranges, and the shape ops.
+    #[test]
+    fn trilu_cum_sum_range_shapes(s in shape(4, 6).prop_filter("rank >= 2", |s| s.len() >= 2), seed: u64) {
+        let mut rng = Lcg(seed);
+        let x = rng.tensor(&s, 2.0);
+        let k = Tensor::scalar_i64(rng.below(9) as i64 - 4);
+        for upper in [false, true] {
+            check(Trilu { upper }, &[(x.clone(), Input)], Expect::Exact);
+            check(Trilu { upper }, &[(rng.bools(&s), Input), (k.clone(), Const)], Expect::Exact);
+            check(Trilu { upper }, &[(rng.ints(&s, -9, 9), Input), (k.clone(), Input)], Expect::Exact);
+        }
+        let axis = rng.below(s.len() as u64) as i64 - if rng.below(2) == 0 { s.len() as i64 } else { 0 };
+        for (exclusive, reverse) in [(false, false), (true, false), (false, true), (true, true)] {
+            let op = CumSum { axis, exclusive, reverse };
+            check(op, &[(x.clone(), Input)], Expect::Exact);
+            let i = rng.ints(&s, -(1 << 61), 1 << 61);
+            check(op, &[(i.clone(), Input)], Expect::Exact);
+            check(op, &[(i.cast(DType::I32), Input)], Expect::Exact);
+        }
+        let (a, b) = (rng.below(20) as i64 - 10, rng.below(20) as i64 - 10);
+        let step = [1, 2, 3, -1, -2][rng.below(5) as usize];
+        let ints = [Tensor::scalar_i64(a), Tensor::scalar_i64(b), Tensor::scalar_i64(step)];
+        check(Range, &[(ints[0].clone(), Const), (ints[1].clone(), Const), (ints[2].clone(), Const)], Expect::Exact);
+        let f = |v: i64| Tensor::scalar_f32(v as f32 * 0.37);
+        check(Range, &[(f(a), Const), (f(b), Const), (f(step), Const)], Expect::Exact);
+        let r = ints.iter().map(|t| (t.cast(DType::I32), Const)).collect::<Vec<_>>();
+        check(Range, &r, Expect::Exact);
+        check(Size, &[(x.clone(), Input)], Expect::Exact);
+        let start = rng.below(5) as i64 - 2;
+        let end = if rng.below(2) == 0 { None } else { Some(rng.below(5) as i64 - 2) };
+        check(ShapeOf { start, end }, &[(x, Input)], Expect::Exact);
+        let dims = Tensor::from_i64(vec![s.len()], s.iter().map(|&d| d as i64).collect());
+        let op = ConstantOfShape { value: Tensor::from_f32(vec![1], vec![2.5]) };
+        check(op, &[(dims, Const)], Expect::Exact);
+    }
+
+    /// `fast_math`: the vector exp, sigmoid (and SiLU in swiglu) and
+    /// softmax within 1e-6 relative of the reference, element by element.
+    #[test]
+    fn fast_math_transcendentals(s in shape(3, 9).prop_filter("rank >= 1", |s| !s.is_empty()), seed: u64) {
+        let mut rng = Lcg(seed);
+        let fast = CpuOptions::default();
+        let x = with_specials(rng.tensor(&s, 30.0), &mut rng);
+        for kind in [UnaryKind::Exp, UnaryKind::Sigmoid] {
+            check_with(Unary::new(kind), &[(x.clone(), Input)], Expect::ElemRel(1e-6), fast);
+        }
+        let axis = rng.below(s.len() as u64) as i64;
+        check_with(Softmax { axis }, &[(rng.tensor(&s, 30.0), Input)], Expect::ElemRel(1e-6), fast);
+    }
+}
+
+/// The vector exp over its whole range, against the reference's `expf`:
+/// within 2e-7 relative (about 1.5 ulp), with `inf` above 88.72, zero and
+/// subnormals below -87.3, and NaN through.
+#[test]
+fn fast_exp_sweep() {
+    let n = 200_001;
+    let mut v: Vec<f32> = (0..n)
+        .map(|i| -105.0 + 195.0 * i as f32 / (n - 1) as f32)
+        .collect();
+    v.extend([
+        0.0,
+        -0.0,
+        1e-30,
+        -1e-30,
+        88.72,
+        88.73,
+        -87.33,
+        -103.9,
+        -104.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    let x = Tensor::from_f32(vec![v.len()], v);
+    for options in [
+        CpuOptions::default(),
+        CpuOptions {
+            fma: false,
+            fast_math: true,
+        },
+    ] {
+        check_with(
+            Unary::new(UnaryKind::Exp),
+            &[(x.clone(), Input)],
+            Expect::ElemRel(2e-7),
+            options,
+        );
+        check_with(
+            Unary::new(UnaryKind::Sigmoid),
+            &[(x.clone(), Input)],
+            Expect::ElemRel(2e-7),
+            options,
+        );
+    }
+}
+
+/// Large operands take the packed GEMM path with `k` split into blocks
+/// (partial sums stored in `C`, and for the gated MLPs the second product's
+/// in a stack buffer, then reloaded; the activation in a pass of its own):
+/// still bit-exact without FMA.
+#[test]
+fn gemm_blocked_over_k() {
+    let mut rng = Lcg(5);
+    // The last case has too many rows for a gated MLP's up sums on the
+    // stack: it takes the direct path.
+    for (m, k, n) in [
+        (9, 2100, 37),
+        (16, 1030, 8),
+        (3, 1500, 70),
+        (13, 4099, 9),
+        (8200, 6, 9),
+    ] {
+        let x = rng.tensor(&[m, k], 1.0);
+        let w = rng.tensor(&[k, n], 1.0);
+        check(
+            MatMul,
+            &[(x.clone(), Input), (w.clone(), Weight)],
+            Expect::Exact,
+        );
+        check_with(
+            MatMul,
+            &[(x.clone(), Input), (w, Weight)],
+            Expect::Rel(1e-5),
+            CpuOptions::default(),
+        );
+        let (g, u) = (rng.tensor(&[k, n], 1.0), rng.tensor(&[k, n], 1.0));
+        let gu = rng.tensor(&[k, 2 * n], 1.0);
+        for op in [Glu::swiglu(), Glu::geglu(GeluApprox::Tanh)] {
+            let sep = [(x.clone(), Input), (g.clone(), Weight), (u.clone(), Weight)];
+            check(op, &sep, Expect::Exact);
+            check(
+                op,
+                &[(x.clone(), Input), (gu.clone(), Weight)],
+                Expect::Exact,
+            );
+            check_with(op, &sep, Expect::Rel(1e-5), CpuOptions::default());
         }
     }
 }
@@ -371,15 +717,17 @@ fn unsupported_ops_name_the_op() {
         e.to_string().contains("with indices computed at run time"),
         "{e}"
     );
-    let op = Op::CumSum(slmcc_ir::ops::cum_sum::CumSum {
-        axis: 0,
-        exclusive: false,
-        reverse: false,
-    });
-    let e = run_jit(&op, &[(x.clone(), Input)], CpuOptions::default()).unwrap_err();
+    let op = Op::Binary(Binary::new(BinaryKind::Div));
+    let i = Tensor::from_i64(vec![2], vec![4, 2]);
+    let e = run_jit(
+        &op,
+        &[(i.clone(), Input), (i, Input)],
+        CpuOptions::default(),
+    )
+    .unwrap_err();
     assert!(
         e.to_string()
-            .contains("op `cum_sum` is not supported by the cpu backend yet"),
+            .contains("op `div` on i64 is not supported by the cpu backend yet"),
         "{e}"
     );
     assert!(matches!(e, CpuError::AtNode { .. }), "{e:?}");

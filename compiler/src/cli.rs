@@ -28,8 +28,10 @@ pub enum Command {
     #[command(after_long_help = opt_after_help())]
     Opt(OptArgs),
     /// Compile an ONNX model into a deployable package for a target.
+    #[command(after_long_help = COMPILE_AFTER_HELP)]
     Compile(CompileArgs),
     /// Run a model or package on inputs and write its outputs.
+    #[command(after_long_help = RUN_AFTER_HELP)]
     Run(RunArgs),
     /// Run ONNX backend-test directories and report pass/fail per test.
     OnnxTest(OnnxTestArgs),
@@ -82,39 +84,108 @@ pub struct OptArgs {
 
 #[derive(Args, Debug)]
 pub struct CompileArgs {
+    /// The model: ONNX (`.onnx`), or textual IR (`.slm`, with its weights file).
     pub model: PathBuf,
+    /// The target: `cpu` (`rk3588` is not yet supported).
     #[arg(long, value_name = "cpu|rk3588")]
     pub target: String,
-    #[arg(short, long)]
+    /// The package to write [default: MODEL's file stem + `.slmpkg`, in the
+    /// current directory].
+    #[arg(short, long, value_name = "OUT.slmpkg")]
     pub output: Option<PathBuf>,
-    /// Sequence-length buckets, e.g. 128,256,512.
-    #[arg(long)]
+    /// Sequence-length buckets [default: 128,256,512].
+    #[arg(long, value_name = "N,N,...", conflicts_with = "bucket_profile")]
     pub buckets: Option<String>,
+    /// Choose the buckets from a histogram of prompt lengths (lines
+    /// `LENGTH [COUNT]`) instead.
+    #[arg(long, value_name = "FILE")]
+    pub bucket_profile: Option<PathBuf>,
+    /// With --bucket-profile: how many buckets to choose [default: 3].
+    #[arg(long, value_name = "K", requires = "bucket_profile")]
+    pub max_buckets: Option<usize>,
+    /// Weight quantization (only `none` is supported yet).
     #[arg(long, value_name = "none|w8a8|w4a8")]
     pub quant: Option<String>,
-    #[arg(long)]
+    /// The pass pipeline, replacing the default (see below).
+    #[arg(long, value_name = "PIPELINE")]
     pub passes: Option<String>,
-    #[arg(long)]
+    /// Also write a JSON report: per bucket the fused-op counts, arena bytes
+    /// and lower bound; per pass the time and statistics.
+    #[arg(long, value_name = "OUT.json")]
     pub report: Option<PathBuf>,
+    /// The CPU the kernels are for: `host` (the runtime JIT-compiles them
+    /// from the IR at load; the package carries none) or `aarch64` (the
+    /// package also carries an aarch64 ELF object per bucket for the board).
+    #[arg(long, value_name = "host|aarch64", default_value = "host")]
+    pub cpu: String,
 }
+
+const COMPILE_AFTER_HELP: &str = "\
+Pipeline:
+  By default
+    shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,
+    bucket-specialize{buckets=B},plan-memory
+  where B is --buckets (default 128,256,512), or profile=FILE,max-buckets=K
+  from --bucket-profile.
+  --passes replaces it; bucket-specialize{...} is appended when the pipeline
+  does not run it, and plan-memory when it does not end with it, so that
+  every graph of the package is a planned bucket. Every node must then lower
+  on the cpu backend: the first one that does not is named and nothing is
+  written.
+
+Package:
+  A header (magic, format version, section lengths, the SHA-256 of the
+  manifest and of the weights), a protobuf manifest (version set, options,
+  one entry per bucket: the graph and its memory plan as textual IR, plus an
+  aarch64 object with --cpu aarch64), and the weights (safetensors layout,
+  64-byte aligned). Same model and options give the same bytes. slmcc run
+  PKG and slmcc report PKG load it, verifying everything.
+
+Example:
+  slmcc compile testdata/models/llama.onnx --target cpu --buckets 64,128 \\
+    -o llama.slmpkg --report llama.json";
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// An ONNX model, textual IR (`.slm`, with its weights file), or a package.
+    /// An ONNX model, textual IR (`.slm`, with its weights file), or a
+    /// package (`.slmpkg`, from `slmcc compile`).
     pub model: PathBuf,
-    #[arg(
-        long,
-        value_name = "reference|cpu|npu-sim",
-        default_value = "reference"
-    )]
-    pub backend: String,
+    /// Where to run [default: reference; cpu for a package].
+    #[arg(long, value_name = "reference|cpu|npu-sim")]
+    pub backend: Option<String>,
     /// An input as NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto); repeat per input.
     #[arg(long, value_name = "NAME=FILE")]
     pub input: Vec<String>,
     /// Write each output as NAME.npy here (otherwise print a summary).
     #[arg(long)]
     pub output_dir: Option<PathBuf>,
+    /// Sequence-length buckets, e.g. 64,128: specialise (and on cpu,
+    /// memory-plan) the model for each and run the input padded in the
+    /// smallest that holds it.
+    #[arg(long, value_name = "N,N,...")]
+    pub buckets: Option<String>,
 }
+
+const RUN_AFTER_HELP: &str = "\
+Shapes:
+  Without --buckets, the symbols (seq) are bound from the input shapes: the
+  reference interpreter checks every result against them, and the cpu backend
+  specialises the graph to them and JIT-compiles it for this input.
+
+  With --buckets B (e.g. 64,128), the model is specialised to each bucket
+  first; the input is padded at the end of its seq axis up to the smallest
+  bucket that holds it (token id 0; attention_mask with 0) and the outputs
+  are sliced back to its length. On cpu the pipeline is
+    const-fold,dce,bucket-specialize{buckets=B},plan-memory
+  and that bucket runs inside its planned arena: its regions are allocated
+  and its kernels compiled once at load, and the step itself allocates
+  nothing. On reference the fusion pipeline runs, then bucket-specialize.
+  A .slm already specialised to buckets (slmcc opt ... bucket-specialize)
+  runs on its buckets without --buckets.
+
+Example:
+  slmcc run testdata/models/llama.onnx --backend cpu --buckets 64,128 \\
+    --input input_ids=ids.npy --output-dir out/";
 
 #[derive(Args, Debug)]
 pub struct OnnxTestArgs {
@@ -165,8 +236,9 @@ pub struct GoldenCheckArgs {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// A module with memory plans (`.slm` from `slmcc opt ... plan-memory`),
-    /// or a model to plan now (`.onnx`, or `.slm` without plans).
+    /// A package (`.slmpkg`), a module with memory plans (`.slm` from
+    /// `slmcc opt ... plan-memory`), or a model to plan now (`.onnx`, or
+    /// `.slm` without plans).
     pub package: PathBuf,
     /// When planning now: the sequence-length buckets [default: 128,256,512].
     #[arg(long, value_name = "N,N,...")]
@@ -178,11 +250,12 @@ pub struct ReportArgs {
 
 const REPORT_AFTER_HELP: &str = "\
 Input:
+  A package (.slmpkg, from slmcc compile) is verified and reported with its
+  sizes and digests, version set, options and kernels, then its plans.
   A .slm module that already holds memory plans is reported as it is.
   Anything else (.onnx, or .slm without plans) is planned first with
     const-fold,dce,bucket-specialize{buckets=B},plan-memory
-  where B is --buckets (default 128,256,512). Packages (.slmpkg) are not yet
-  supported.
+  where B is --buckets (default 128,256,512).
 
 Output, per planned graph (one per bucket): the bucket, steps and tensors,
 the size of each region (arena, weights, constants, kv_cache, scratch), the

@@ -179,6 +179,10 @@ impl WeightStore {
     /// tensors in the file that the module does not declare are ignored.
     pub fn attach_file(&mut self, path: &Path) -> Result<(), WeightError> {
         let file = read_file(path)?;
+        self.attach(file, path)
+    }
+
+    fn attach(&mut self, file: MappedFile, path: &Path) -> Result<(), WeightError> {
         for (name, w) in self.decls.iter_mut() {
             let Some(entry) = file.entries.get(name) else {
                 return Err(WeightError::Format {
@@ -233,6 +237,18 @@ impl WeightStore {
             path: path.to_path_buf(),
             source,
         };
+        let out = self.to_safetensors(8)?;
+        let tmp = path.with_extension("tmp-write");
+        fs::write(&tmp, &out).map_err(io)?;
+        fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Every weight with data in the safetensors layout, in name order (the
+    /// same store always gives the same bytes). The JSON header is padded
+    /// with spaces so that the data starts at a multiple of `align` bytes
+    /// (a power of two, at least 8) from the start of the blob.
+    pub fn to_safetensors(&self, align: usize) -> Result<Vec<u8>, WeightError> {
+        assert!(align.is_power_of_two() && align >= 8, "alignment {align}");
         let mut header = serde_json::Map::new();
         let mut blobs: Vec<Vec<u8>> = Vec::new();
         let mut offset = 0usize;
@@ -258,18 +274,30 @@ impl WeightStore {
         }
         let mut json = serde_json::to_vec(&serde_json::Value::Object(header))
             .expect("JSON of strings and numbers");
-        while !json.len().is_multiple_of(8) {
+        while !(8 + json.len()).is_multiple_of(align) {
             json.push(b' ');
         }
-        let tmp = path.with_extension("tmp-write");
         let mut out = Vec::with_capacity(8 + json.len() + offset);
         out.extend_from_slice(&(json.len() as u64).to_le_bytes());
         out.extend_from_slice(&json);
         for b in blobs {
             out.extend_from_slice(&b);
         }
-        fs::write(&tmp, &out).map_err(io)?;
-        fs::rename(&tmp, path).map_err(io)
+        Ok(out)
+    }
+
+    /// Attaches the weights of a safetensors blob that lies at `range` of an
+    /// existing mapping (a package's weights section), as
+    /// [`WeightStore::attach_file`] does for a file; `path` names the file
+    /// in errors.
+    pub fn attach_mapped(
+        &mut self,
+        map: Arc<Mmap>,
+        range: std::ops::Range<usize>,
+        path: &Path,
+    ) -> Result<(), WeightError> {
+        let file = parse_blob(map, range, path)?;
+        self.attach(file, path)
     }
 }
 
@@ -289,36 +317,57 @@ fn read_file(path: &Path) -> Result<MappedFile, WeightError> {
         path: path.to_path_buf(),
         source,
     };
-    let bad = |reason: String| WeightError::Format {
-        path: path.to_path_buf(),
-        reason,
-    };
     let file = fs::File::open(path).map_err(io)?;
     // SAFETY: the mapping is read-only; a weights file changed by another
     // process while mapped is outside what we defend against (as with any
     // memory-mapped model file).
     let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-    if map.len() < 8 {
+    let len = map.len();
+    parse_blob(Arc::new(map), 0..len, path)
+}
+
+/// Reads the safetensors header of the blob at `range` of `map`; entry
+/// offsets are absolute in the mapping.
+fn parse_blob(
+    map: Arc<Mmap>,
+    range: std::ops::Range<usize>,
+    path: &Path,
+) -> Result<MappedFile, WeightError> {
+    let bad = |reason: String| WeightError::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if range.start > range.end || range.end > map.len() {
         return Err(bad(format!(
-            "file is {} bytes, too short for a header",
+            "weights at bytes {}..{} outside the {}-byte file",
+            range.start,
+            range.end,
             map.len()
         )));
     }
-    let hlen = u64::from_le_bytes(map[..8].try_into().expect("8 bytes")) as usize;
+    let base = range.start;
+    let blob = &map[range];
+    if blob.len() < 8 {
+        return Err(bad(format!(
+            "file is {} bytes, too short for a header",
+            blob.len()
+        )));
+    }
+    let hlen = u64::from_le_bytes(blob[..8].try_into().expect("8 bytes")) as usize;
     let data_start = 8usize
         .checked_add(hlen)
-        .filter(|&e| e <= map.len())
+        .filter(|&e| e <= blob.len())
         .ok_or_else(|| {
             bad(format!(
                 "header length {hlen} runs past the end of the file"
             ))
         })?;
-    let header: serde_json::Value = serde_json::from_slice(&map[8..data_start])
+    let header: serde_json::Value = serde_json::from_slice(&blob[8..data_start])
         .map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
     let obj = header
         .as_object()
         .ok_or_else(|| bad("header is not a JSON object".to_string()))?;
-    let data_len = map.len() - data_start;
+    let data_len = blob.len() - data_start;
     let mut entries = BTreeMap::new();
     for (name, e) in obj {
         if name == "__metadata__" {
@@ -356,15 +405,12 @@ fn read_file(path: &Path) -> Result<MappedFile, WeightError> {
             name.clone(),
             FileEntry {
                 ty: TensorType::fixed(dtype, &shape),
-                start: data_start + start,
-                end: data_start + end,
+                start: base + data_start + start,
+                end: base + data_start + end,
             },
         );
     }
-    Ok(MappedFile {
-        map: Arc::new(map),
-        entries,
-    })
+    Ok(MappedFile { map, entries })
 }
 
 #[cfg(test)]
@@ -409,6 +455,31 @@ mod tests {
         d.declare("w", TensorType::fixed(DType::F32, &[2, 2]));
         let e = d.attach_file(&path).unwrap_err().to_string();
         assert!(e.contains("declared f32[2, 2]"), "{e}");
+    }
+
+    #[test]
+    fn aligned_blobs_attach_from_inside_a_mapping() {
+        let mut s = WeightStore::new();
+        s.insert("a", Tensor::from_f32(vec![3], vec![1.0, 2.0, 3.0]));
+        s.insert("b", Tensor::from_i64(vec![2], vec![7, -1]));
+        let blob = s.to_safetensors(64).unwrap();
+        let hlen = u64::from_le_bytes(blob[..8].try_into().unwrap()) as usize;
+        assert_eq!((8 + hlen) % 64, 0);
+        assert_eq!(blob, s.to_safetensors(64).unwrap());
+        let mut file = vec![0xAA; 128];
+        file.extend_from_slice(&blob);
+        file.extend_from_slice(&[0xBB; 7]);
+        let path = tmpdir("mapped").join("pkg.bin");
+        fs::write(&path, &file).unwrap();
+        // SAFETY: a file this test owns.
+        let map = Arc::new(unsafe { Mmap::map(&fs::File::open(&path).unwrap()) }.unwrap());
+        let mut d = WeightStore::new();
+        d.declare("b", TensorType::fixed(DType::I64, &[2]));
+        d.attach_mapped(map.clone(), 128..128 + blob.len(), &path)
+            .unwrap();
+        assert_eq!(d.tensor("b").unwrap().unwrap().to_i64_vec(), vec![7, -1]);
+        let e = d.attach_mapped(map, 128..132, &path).unwrap_err();
+        assert!(e.to_string().contains("too short"), "{e}");
     }
 
     #[test]

@@ -12,9 +12,10 @@
 //! from theirs ([`Executor::output`]), also without allocating.
 //!
 //! Kernels are backend business (the Cranelift CPU backend, the NPU
-//! simulator); this module fixes only the calling convention. Until packages
-//! exist, the weights region is filled by copying from the module's weight
-//! store at load; the package loader will map it instead.
+//! simulator); this module fixes only the calling convention. The weights
+//! region is filled at load by copying from the module's weight store (for
+//! a package, from its memory-mapped weights blob, [`crate::package`]);
+//! using the mapping in place is still to come.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;

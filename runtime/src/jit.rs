@@ -167,7 +167,7 @@ module @m {
             let x = Tensor::from_f32(vec![1, seq, 8], (0..n).map(|i| i as f32 * 0.1).collect());
             let w = Tensor::from_f32(vec![8, 4], (0..32).map(|i| (i % 7) as f32 - 3.0).collect());
             let inputs = vec![("x".to_string(), x), ("w".to_string(), w)];
-            let opts = CpuOptions { fma: false };
+            let opts = CpuOptions::exact();
             let capture = Capture::Names(["a".to_string()].into());
             let got = run_graph_jit(&m, &m.graphs[0], &inputs, &capture, &opts).unwrap();
             let want = run_graph(&m, &m.graphs[0], &inputs, &capture).unwrap();
@@ -203,7 +203,7 @@ module @m {
             .run(&mut m, &mut std::io::sink())
             .unwrap();
         let g = m.graph("main").unwrap();
-        let kernels = JitKernels::compile(g, &CpuOptions { fma: false }).unwrap();
+        let kernels = JitKernels::compile(g, &CpuOptions::exact()).unwrap();
         let mut exec = Executor::load(&m, "main", &kernels).unwrap();
         drop(kernels); // the kernels keep the code alive
         let x = Tensor::from_f32(vec![3, 8], (0..24).map(|i| (i % 5) as f32 * 0.1).collect());

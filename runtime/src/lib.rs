@@ -7,8 +7,10 @@
 //! the Cranelift CPU backend's JIT ([`jit`]), bucket dispatch with padding
 //! ([`bucket`]) and the backend-independent executor over a memory plan
 //! ([`exec`]: one allocation per region at load, kernels called with
-//! pointers into the regions). The package loader, the NPU simulator, the
-//! loader of AOT kernels and the KV cache arrive with their issues.
+//! pointers into the regions), planned buckets behind dispatch
+//! ([`planned`]: allocation-free steps) and the package format with its
+//! verifying loader ([`package`]). The NPU simulator, the loader of AOT kernels and
+//! the KV cache arrive with their issues.
 
 pub mod bind;
 pub mod bucket;
@@ -17,5 +19,7 @@ pub mod exec;
 pub mod interp;
 pub mod jit;
 pub mod npy;
+pub mod package;
+pub mod planned;
 
 pub use interp::{run_graph, Capture, RunError, RunResult};

@@ -1,9 +1,11 @@
-"""Tiny random-weight decoder models exported to ONNX by PyTorch's dynamo exporter.
+"""Tiny random-weight decoder models exported to ONNX by both PyTorch exporters.
 
 Makes, from the repository root:
 
-    python testdata/models/generate.py           # llama, qwen2, phi3, gpt2 + OPS.md
-    python testdata/models/generate.py --only gpt2
+    python testdata/models/generate.py           # llama, qwen2, phi3, gpt2 (dynamo),
+                                                 # llama_ts, qwen2_ts, phi3_ts, gpt2_ts
+                                                 # (TorchScript) + OPS.md
+    python testdata/models/generate.py --only gpt2 --only gpt2_ts
     python testdata/models/generate.py --ops-md  # only rewrite OPS.md (no torch needed)
     python testdata/models/generate.py --large   # only testdata/generated/llama_h512.onnx
 
@@ -17,6 +19,22 @@ weights embedded. The export already contains the causal-mask construction
 Weights: 2-D weights are drawn with std `initializer_range` = 0.1 (so attention is not
 uniform), and every 1-D parameter (norm weights, biases) gets N(0, 0.1) noise added, so
 norms and biases are not trivially 1 / 0 and no two layers share a norm weight.
+
+The `_ts` models are the same models (same configs and seeds) exported by the TorchScript
+exporter instead: `torch.onnx.export(..., dynamo=False, opset_version=17,
+dynamic_axes={"input_ids": {1: "seq"}, "logits": {1: "seq"}})`. Three things make that
+exporter work on these `transformers` models, none of which changes what is computed:
+
+* `forward` is narrowed to `input_ids -> logits` (the model's class is swapped for a
+  subclass for the export, so node names keep the module paths `/model/layers.0/...`):
+  the TorchScript exporter otherwise turns the default `logits_to_keep=0` into a graph input;
+* `aten::diff` (the packed-sequence check of `transformers.masking_utils`) has no
+  TorchScript symbolic: it is registered as `Concat(prepend, x)` and `Sub` of two `Slice`s;
+* the builtin `aten::cumsum` symbolic passes a bool tensor to `CumSum` (invalid ONNX):
+  it is registered again with a `Cast` to int64 first, as torch computes it.
+
+These files carry no node metadata; their node names (`/model/layers.0/Add_1`) name the
+module scopes instead (see goldens.py).
 
 Every file is checked with onnx.checker and its logits are compared against PyTorch
 with onnxruntime for two sequence lengths. The absolute site-packages paths that the
@@ -33,6 +51,7 @@ import collections
 import logging
 import site
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +63,9 @@ GENERATED_DIR = ROOT / "testdata" / "generated"
 SKELETON_DIR = MODELS_DIR / "skeletons"
 SEED = 0
 OPSET = 18
+TORCHSCRIPT_OPSET = 17
+DECODERS = ["llama", "qwen2", "phi3", "gpt2"]
+TORCHSCRIPT = "_ts"  # suffix of the TorchScript-exported variants
 
 # Shared by the decoder configs: vocab 512, hidden 64, 2 layers, head_dim 16.
 COMMON = dict(
@@ -132,6 +154,69 @@ def export(model, path: Path, inputs: dict, output_names: list[str]) -> onnx.Mod
     return proto
 
 
+def register_torchscript_fixes() -> None:
+    """Symbolics the TorchScript exporter lacks (`aten::diff`) or gets wrong for bool
+    input (`aten::cumsum`: ONNX CumSum takes no bool; torch sums bools as int64)."""
+    import torch
+    from torch.onnx import symbolic_helper as sh
+    from torch.onnx._internal.torchscript_exporter import symbolic_opset11
+
+    def const(g, v):
+        return g.op("Constant", value_t=torch.tensor([v], dtype=torch.int64))
+
+    @sh.parse_args("v", "i", "i", "v", "v")
+    def diff(g, x, n, dim, prepend, append):
+        if n != 1:
+            raise NotImplementedError("diff with n != 1")
+        parts = [t for t in (prepend, x, append) if not sh._is_none(t)]
+        full = g.op("Concat", *parts, axis_i=dim) if len(parts) > 1 else x
+        upper = g.op("Slice", full, const(g, 1), const(g, 2**62), const(g, dim))
+        lower = g.op("Slice", full, const(g, 0), const(g, -1), const(g, dim))
+        return g.op("Sub", upper, lower)
+
+    def cumsum(g, x, dim, dtype=None):
+        if sh._is_bool(x):
+            x = g.op("Cast", x, to_i=onnx.TensorProto.INT64)
+        return symbolic_opset11.cumsum(g, x, dim, dtype)
+
+    torch.onnx.register_custom_op_symbolic("aten::diff", diff, 9)
+    torch.onnx.register_custom_op_symbolic("aten::cumsum", cumsum, 11)
+
+
+def export_torchscript(model, path: Path, input_ids) -> onnx.ModelProto:
+    """TorchScript-exports `model` (input `input_ids`, dim 1 = seq; output `logits`)."""
+    import torch
+
+    register_torchscript_fixes()
+    base = type(model)
+
+    class LogitsOnly(base):  # same modules and names; forward without defaulted args
+        def forward(self, input_ids):
+            return base.forward(self, input_ids=input_ids).logits
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.__class__ = LogitsOnly
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "You are using the legacy TorchScript", DeprecationWarning)
+            torch.onnx.export(
+                model,
+                (input_ids,),
+                str(path),
+                input_names=["input_ids"],
+                output_names=["logits"],
+                dynamic_axes={"input_ids": {1: "seq"}, "logits": {1: "seq"}},
+                dynamo=False,
+                opset_version=TORCHSCRIPT_OPSET,
+                verbose=False,
+            )
+    finally:
+        model.__class__ = base
+    proto = onnx.load(str(path))
+    onnx.checker.check_model(str(path), full_check=True)
+    return proto
+
+
 def check_against_torch(model, path: Path, vocab: int) -> float:
     """Max |onnxruntime - torch| of the logits for seq 5 and 11."""
     import onnxruntime as ort
@@ -153,11 +238,15 @@ def check_against_torch(model, path: Path, vocab: int) -> float:
 def make_decoder(name: str, out_dir: Path) -> Path:
     import torch
 
-    model = build(name)
+    torchscript = name.endswith(TORCHSCRIPT)
+    model = build(name.removesuffix(TORCHSCRIPT) if torchscript else name)
     vocab = model.config.vocab_size
     path = out_dir / f"{name}.onnx"
     example = torch.randint(0, vocab, (1, 7), generator=torch.Generator().manual_seed(SEED))
-    export(model, path, {"input_ids": example}, ["logits"])
+    if torchscript:
+        export_torchscript(model, path, example)
+    else:
+        export(model, path, {"input_ids": example}, ["logits"])
     diff = check_against_torch(model, path, vocab)
     assert diff < 1e-3, f"{name}: onnxruntime differs from torch by {diff}"
     print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.2f} MB, "
@@ -213,15 +302,18 @@ def write_ops_md() -> Path:
         "",
         "Generated by `python testdata/models/generate.py` (or `--ops-md`); do not edit by hand.",
         "Counts are nodes per op type (these exports have no subgraphs or local functions).",
-        "All: PyTorch dynamo exporter, eager attention, no KV cache, batch 1, `seq` dynamic.",
+        "All: eager attention, no KV cache, batch 1, `seq` dynamic; exported by PyTorch's",
+        "dynamo exporter, or by its TorchScript exporter for the `_ts` models (whose counts",
+        "include `Constant` nodes: that exporter writes small constants as nodes).",
         "minilm's graph is read from its committed skeleton (see minilm.py).",
         "",
-        "| model | file | producer | opset | nodes | inputs | outputs |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| model | file | exporter | producer | opset | nodes | inputs | outputs |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, (m, where) in models.items():
         opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in m.opset_import)
-        lines.append(f"| {name} | `{where}` | {m.producer_name} {m.producer_version} | "
+        exporter = "TorchScript" if name.endswith(TORCHSCRIPT) else "dynamo"
+        lines.append(f"| {name} | `{where}` | {exporter} | {m.producer_name} {m.producer_version} | "
                      f"{opsets} | {sum(counts[name].values())} | "
                      f"{describe_io(m.graph.input)} | {describe_io(m.graph.output)} |")
     lines += ["", "| op | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
@@ -250,7 +342,7 @@ def main() -> None:
     if args.large:
         make_decoder("llama_h512", GENERATED_DIR)
         return
-    for name in args.only or ["llama", "qwen2", "phi3", "gpt2"]:
+    for name in args.only or DECODERS + [d + TORCHSCRIPT for d in DECODERS]:
         make_decoder(name, MODELS_DIR)
     write_ops_md()
 

@@ -14,11 +14,13 @@ For each model, `goldens/<model>/` is rewritten with:
   lookup, each block's output residual stream, the final norm and the graph outputs;
 * `manifest.json`: model path and sha256, inputs, and per layer the ONNX value name and file.
 
-Layers are found from the node metadata that the dynamo exporter writes
-(`pkg.torch.onnx.name_scopes`, the module path of every node): for a module scope such as
-`model.layers.0` the layer value is the first output of the last node (in graph order)
-inside that scope, i.e. the residual Add of a block or the last Mul/LayerNormalization of
-a norm. Those values are added as graph outputs to an in-memory copy of the model, which
+Layers are found from the module path of every node: the node metadata that the dynamo
+exporter writes (`pkg.torch.onnx.name_scopes`), or for the TorchScript exports (`*_ts`,
+which carry no metadata) the node names, which that exporter makes from the module path
+and the op (`/model/layers.0/Add_1` is inside `model.layers.0`). For a module scope such
+as `model.layers.0` the layer value is the first output of the last node (in graph order,
+`Constant` nodes skipped) inside that scope, i.e. the residual Add of a block or the last
+Mul/LayerNormalization of a norm. Those values are added as graph outputs to an in-memory copy of the model, which
 onnxruntime (CPU EP, ORT_DISABLE_ALL, one thread) then runs, so values are unfused references.
 """
 
@@ -53,10 +55,18 @@ import minilm  # noqa: E402  (torch-free: only locates / assembles the MiniLM mo
 
 
 def name_scopes(node: onnx.NodeProto) -> list[str]:
+    """The module scopes `node` is inside, outermost first: from the dynamo exporter's
+    metadata, else (TorchScript exporter) from the node's name, which is the module path
+    then the op: `/model/layers.0/mlp/Mul_2` is inside `model`, `model.layers.0` and
+    `model.layers.0.mlp`."""
     for prop in node.metadata_props:
         if prop.key == "pkg.torch.onnx.name_scopes":
             return ast.literal_eval(prop.value)
-    return []
+    parts = node.name.split("/")
+    if len(parts) < 3 or parts[0]:
+        return []
+    path = parts[1:-1]
+    return [".".join(path[:k]) for k in range(1, len(path) + 1)]
 
 
 def find_layers(model: onnx.ModelProto) -> list[tuple[str, str]]:
@@ -64,6 +74,8 @@ def find_layers(model: onnx.ModelProto) -> list[tuple[str, str]]:
     graph outputs."""
     last_output: dict[str, str] = {}  # scope -> output of the last node inside it
     for node in model.graph.node:
+        if node.op_type == "Constant":  # TorchScript writes small constants as nodes
+            continue
         for scope in name_scopes(node):
             last_output[scope] = node.output[0]
     layers = [(s, last_output[s]) for s in EMBEDDING_SCOPES if s in last_output][:1]

@@ -6,8 +6,9 @@
 //! kernel ABI of [`super`]; constants are read-only data of the object; the
 //! math helpers are undefined symbols (`slmcc_expf`, ...) that the runtime
 //! linking the object provides ([`super::math`] defines them). The object is
-//! position independent. Loading it (and the package that carries it) is
-//! the runtime's part, still to come.
+//! position independent. `slmcc compile --cpu aarch64` puts one per bucket
+//! in the package; loading it on the board is the runtime's part, still to
+//! come.
 
 use cranelift_codegen::isa;
 use cranelift_module::{default_libcall_names, Linkage};

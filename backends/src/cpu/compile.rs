@@ -109,7 +109,9 @@ fn at_node(graph: &Graph, n: usize, e: CpuError) -> CpuError {
 }
 
 /// Compiles every node of `graph` into a kernel of `module`, named
-/// `{prefix}_{node index}_{mnemonic}`, in schedule order.
+/// `{prefix}_{node index}_{mnemonic}`, in schedule order. With the
+/// environment variable `SLMCC_DISASM` set, each kernel's machine code is
+/// printed to stderr (to inspect register tiles and spills).
 pub fn compile_kernels(
     module: &mut dyn Module,
     graph: &Graph,
@@ -142,7 +144,7 @@ pub fn compile_kernels(
         let nbufs = node.inputs.len() + node.outputs.len();
         let lowered = {
             let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-            let mut kb = KernelBuilder::new(b, module, nbufs, fma);
+            let mut kb = KernelBuilder::new(b, module, nbufs, fma, options.fast_math);
             let r = lower_node(&mut kb, &node.op, &sig);
             if r.is_ok() {
                 kb.finish();
@@ -153,9 +155,16 @@ pub fn compile_kernels(
             module.clear_context(&mut ctx);
             return Err(at_node(graph, n, e));
         }
+        let disasm = std::env::var_os("SLMCC_DISASM").is_some();
+        ctx.set_disasm(disasm);
         module
             .define_function(id, &mut ctx)
             .map_err(|e| at_node(graph, n, CpuError::Codegen(format!("{symbol}: {e:?}"))))?;
+        if disasm {
+            if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+                eprintln!("{symbol}:\n{v}");
+            }
+        }
         module.clear_context(&mut ctx);
         let buffers = node.inputs.iter().chain(&node.outputs).copied().collect();
         out.push((

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, Type, Value,
+    types, AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
+    Type, Value,
 };
 use cranelift_frontend::FunctionBuilder;
 use cranelift_module::{Linkage, Module};
@@ -82,9 +83,17 @@ pub struct KernelBuilder<'a> {
     pub b: FunctionBuilder<'a>,
     module: &'a mut dyn Module,
     imported: HashMap<MathFn, FuncRef>,
+    /// Data objects holding splatted `f32x4` constants, by bit pattern.
+    vconsts: HashMap<u32, cranelift_module::DataId>,
     bufs: Vec<Value>,
     /// Fused multiply-add in matmul-like loops (the ISA has it natively).
     pub fma: bool,
+    /// Vectorised transcendentals and reductions ([`super::CpuOptions::fast_math`]).
+    pub fast_math: bool,
+    /// The inline vector math loads its constants where it uses them
+    /// ([`KernelBuilder::f32c_local`]) instead of letting them be hoisted:
+    /// for kernels whose hot loop needs every vector register (the GEMM).
+    pub local_constants: bool,
 }
 
 impl<'a> KernelBuilder<'a> {
@@ -95,6 +104,7 @@ impl<'a> KernelBuilder<'a> {
         module: &'a mut dyn Module,
         nbufs: usize,
         fma: bool,
+        fast_math: bool,
     ) -> KernelBuilder<'a> {
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
@@ -110,8 +120,11 @@ impl<'a> KernelBuilder<'a> {
             b,
             module,
             imported: HashMap::new(),
+            vconsts: HashMap::new(),
             bufs,
             fma,
+            fast_math,
+            local_constants: false,
         }
     }
 
@@ -122,6 +135,15 @@ impl<'a> KernelBuilder<'a> {
         self.b.seal_all_blocks();
         let config = self.module.target_config();
         self.b.finalize(config);
+    }
+
+    /// The number of 128-bit vector registers of the target (32 on
+    /// aarch64, 16 on x86-64), which sizes register tiles.
+    pub fn vector_regs(&self) -> usize {
+        match self.module.isa().triple().architecture {
+            target_lexicon::Architecture::Aarch64(_) => 32,
+            _ => 16,
+        }
     }
 
     /// The base pointer of buffer `i` (operands first, then results).
@@ -182,6 +204,85 @@ impl<'a> KernelBuilder<'a> {
                 self.b.switch_to_block(exit);
                 Ok(())
             }
+        }
+    }
+
+    /// A loop running `body(i)` for `i` in `lo, lo + step, ..` while
+    /// `i < hi`, with bounds known only at run time (nothing when
+    /// `lo >= hi`). `step > 0`.
+    pub fn for_range(
+        &mut self,
+        lo: Value,
+        hi: Value,
+        step: i64,
+        mut body: impl FnMut(&mut Self, Value) -> Result<(), CpuError>,
+    ) -> Result<(), CpuError> {
+        let head = self.b.create_block();
+        let exit = self.b.create_block();
+        let i = self.b.append_block_param(head, types::I64);
+        let any = self.b.ins().icmp(IntCC::SignedLessThan, lo, hi);
+        self.b.ins().brif(any, head, &[lo.into()], exit, &[]);
+        self.b.switch_to_block(head);
+        body(self, i)?;
+        let next = self.b.ins().iadd_imm_s(i, step);
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, next, hi);
+        self.b.ins().brif(more, head, &[next.into()], exit, &[]);
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    /// Runs `then` only when `cond` (an `i8` flag) is set.
+    pub fn if_then(
+        &mut self,
+        cond: Value,
+        then: impl FnOnce(&mut Self) -> Result<(), CpuError>,
+    ) -> Result<(), CpuError> {
+        let yes = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.ins().brif(cond, yes, &[], done, &[]);
+        self.b.switch_to_block(yes);
+        then(self)?;
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+        Ok(())
+    }
+
+    /// The address of a fresh 16-byte aligned stack buffer of `bytes`
+    /// bytes: kernel scratch that lives for the call (kernels never
+    /// allocate on the heap). Callers keep it small and say how much.
+    pub fn stack_buf(&mut self, bytes: u32) -> Value {
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
+            StackSlotKind::ExplicitSlot,
+            bytes.max(16),
+            4,
+        ));
+        self.b.ins().stack_addr(types::I64, slot, 0)
+    }
+
+    /// `v` (an `f32` scalar) broadcast to width `w`.
+    pub fn splat(&mut self, v: Value, w: Width) -> Value {
+        match w {
+            Width::Scalar => v,
+            Width::Vector(_) => self.b.ins().splat(w.ty(types::F32), v),
+        }
+    }
+
+    /// `exp(x)` on `f32` at width `w`: the polynomial of [`super::vmath`]
+    /// under `fast_math`, else the reference's `expf` lane by lane.
+    pub fn exp(&mut self, x: Value, w: Width) -> Result<Value, CpuError> {
+        if self.fast_math {
+            super::vmath::exp(self, x, w)
+        } else {
+            self.math(MathFn::Exp, &[x], w)
+        }
+    }
+
+    /// The logistic function, as [`KernelBuilder::exp`] chooses.
+    pub fn sigmoid(&mut self, x: Value, w: Width) -> Result<Value, CpuError> {
+        if self.fast_math {
+            super::vmath::sigmoid(self, x, w)
+        } else {
+            self.math(MathFn::Sigmoid, &[x], w)
         }
     }
 
@@ -313,6 +414,30 @@ impl<'a> KernelBuilder<'a> {
             Width::Scalar => s,
             Width::Vector(_) => self.b.ins().splat(w.ty(types::F32), s),
         }
+    }
+
+    /// An `f32` constant at width `w` that stays where it is used: vectors
+    /// are loaded from a data object right there. (Cranelift hoists a
+    /// splatted constant out of every loop to the function's entry, where
+    /// it occupies a vector register for the whole kernel; a handful of
+    /// them — the vector exp has a dozen — make a GEMM's accumulators
+    /// spill. A load from memory is not hoisted.)
+    pub fn f32c_local(&mut self, v: f32, w: Width) -> Result<Value, CpuError> {
+        let Width::Vector(n) = w else {
+            return Ok(self.b.ins().f32const(v));
+        };
+        let id = match self.vconsts.get(&v.to_bits()) {
+            Some(&id) => id,
+            None => {
+                let bytes = (0..n).flat_map(|_| v.to_le_bytes()).collect();
+                let id = self.define_data(bytes)?;
+                self.vconsts.insert(v.to_bits(), id);
+                id
+            }
+        };
+        let addr = self.data_addr(id);
+        let flags = MemFlagsData::new().with_notrap().with_aligned();
+        Ok(self.b.ins().load(w.ty(types::F32), flags, addr, 0))
     }
 
     /// `cond ? a : b` element-wise, where `cond` comes from an `fcmp` or

@@ -22,19 +22,23 @@
 //! access walks contiguously are collapsed into one, and the innermost dim
 //! runs in 128-bit vectors (`f32x4` for arithmetic; 16-byte moves for copies)
 //! with a scalar tail where every access is contiguous or broadcast along
-//! it. `matmul` and the gated MLPs use a register-tiled GEMM (4 rows × 8
-//! columns, FMA where the ISA has it). Reductions accumulate sequentially in
-//! the reference's order.
+//! it. `matmul` and the gated MLPs use a packed, register-tiled GEMM (4
+//! rows × 16 columns on aarch64, 4 × 8 on x86-64, FMA where the ISA has
+//! it); `attention` tiles over keys with its scores on the stack. Kernels'
+//! only scratch is stack memory of bounded size (see `docs/ARCHITECTURE.md`).
 //!
-//! Numerics: everything but FMA reproduces the reference evaluation bit for
-//! bit (the same IEEE operations in the same order, the same math
-//! functions); with FMA, matmul-like ops differ by a few ulps. See
-//! `docs/ARCHITECTURE.md` for what is lowered and what is left.
+//! Numerics: with [`CpuOptions::exact`] every kernel reproduces the
+//! reference evaluation bit for bit (the same IEEE operations in the same
+//! order, the same math functions). The default adds FMA (matmul-like ops
+//! differ by a few ulps) and `fast_math` (the inline vector exp of
+//! [`vmath`] and vector partial sums in softmax and attention, within
+//! ~1e-6 relative). See `docs/ARCHITECTURE.md` for what is lowered.
 //!
 //! Modules: [`emit`] (kernel builder, loop nests), [`lower`] (one module
 //! per op family), [`compile`] (a graph into kernels of any Cranelift
 //! module), [`jit`] (host JIT), [`exec`] (a simple executor), [`aot`]
-//! (object files for aarch64), [`specialize`] (binding symbols), [`math`].
+//! (object files for aarch64), [`specialize`] (binding symbols), [`math`]
+//! (the helpers kernels call), [`vmath`] (inline vector math).
 
 pub mod aot;
 pub mod compile;
@@ -44,10 +48,16 @@ pub mod jit;
 pub mod lower;
 pub mod math;
 pub mod specialize;
+pub mod vmath;
 
 pub use exec::CpuExecutor;
 pub use jit::{JitProgram, KernelFn};
 pub use specialize::specialize;
+
+/// The version of the cpu kernel library: the kernel ABI and what each op
+/// lowers to. Packages record it in their version set; bump it when the ABI
+/// or a kernel's results change.
+pub const KERNEL_LIBRARY: &str = "slmcc-cpu-kernels 2 (cranelift 0.135)";
 
 /// Code generation choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,11 +65,30 @@ pub struct CpuOptions {
     /// Use fused multiply-add in matmul-like loops where the ISA has it
     /// natively (faster; not bit-exact with the reference).
     pub fma: bool,
+    /// Vectorised transcendentals (a polynomial `f32x4` exp, and the
+    /// sigmoid/SiLU and softmax built on it) and reductions in vector
+    /// partial sums (softmax, attention): within ~1e-6 relative of the
+    /// reference instead of bit-exact.
+    pub fast_math: bool,
+}
+
+impl CpuOptions {
+    /// The reference's operations in the reference's order: results are
+    /// bit-exact with each op's `eval` (see `docs/ARCHITECTURE.md`).
+    pub const fn exact() -> CpuOptions {
+        CpuOptions {
+            fma: false,
+            fast_math: false,
+        }
+    }
 }
 
 impl Default for CpuOptions {
     fn default() -> CpuOptions {
-        CpuOptions { fma: true }
+        CpuOptions {
+            fma: true,
+            fast_math: true,
+        }
     }
 }
 

@@ -25,8 +25,12 @@ pub enum Kind {
 pub enum Expect {
     /// Equal element by element (NaN equals NaN, `-0.0` equals `0.0`).
     Exact,
-    /// `max|a - b| / max(max|b|, 1e-6)` at most this.
+    /// `max|a - b| / max(max|b|, 1e-6)` at most this (the goldens'
+    /// measure; equal infinities and NaN against NaN pass).
     Rel(f64),
+    /// Element by element, `|a - b| <= tol · |b|` (plus `1e-37` absolute
+    /// for subnormal and zero results).
+    ElemRel(f64),
 }
 
 /// A seeded generator (64-bit LCG, MMIX constants).
@@ -134,7 +138,7 @@ pub fn run_jit(
 
 /// Asserts that the JIT computes what the reference does.
 pub fn check(op: impl Into<Op>, operands: &[(Tensor, Kind)], expect: Expect) {
-    check_with(op, operands, expect, CpuOptions { fma: false })
+    check_with(op, operands, expect, CpuOptions::exact())
 }
 
 pub fn check_with(
@@ -192,10 +196,26 @@ pub fn assert_same(got: &Tensor, want: &Tensor, expect: Expect, what: &str) {
                     assert!(a.is_nan() && b.is_nan(), "{what}: element {i}: {a} vs {b}");
                     continue;
                 }
+                if a == b {
+                    continue;
+                }
                 let rel = (*a as f64 - *b as f64).abs() / scale;
                 assert!(
                     rel <= tol,
                     "{what}: element {i}: jit {a:e} vs reference {b:e} (rel {rel:e})"
+                );
+            }
+        }
+        Expect::ElemRel(tol) => {
+            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                if a == b || (a.is_nan() && b.is_nan()) {
+                    continue;
+                }
+                let err = (*a as f64 - *b as f64).abs();
+                assert!(
+                    err <= tol * (*b as f64).abs() + 1e-37,
+                    "{what}: element {i}: jit {a:e} vs reference {b:e} (rel {:e})",
+                    err / (*b as f64).abs()
                 );
             }
         }

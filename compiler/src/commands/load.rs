@@ -11,16 +11,12 @@ use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::jit::run_graph_jit;
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
-/// The pipeline run before the reference interpreter: fold the shape
-/// bookkeeping, fuse the transformer blocks (so golden checks cover the fused
-/// ops), and clean up. Values that survive keep their names, so goldens keyed
-/// by ONNX value names still find them.
+/// The pipeline run before either backend: fold the shape bookkeeping, fuse
+/// the transformer blocks (so golden checks cover the fused ops, on the
+/// reference interpreter and in the cpu backend's kernels), and clean up.
+/// Values that survive keep their names, so goldens keyed by ONNX value
+/// names still find them.
 pub const REFERENCE_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
-
-/// The pipeline run before the cpu backend: fold the shape bookkeeping only.
-/// The backend does not lower the fused attention, rope and add+norm ops yet,
-/// so it runs the unfused graph.
-pub const CPU_PIPELINE: &str = "const-fold,dce";
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +40,8 @@ impl Backend {
     }
 }
 
-/// Loads an ONNX model (`.onnx`) or textual IR with its weights (`.slm`).
+/// Loads an ONNX model (`.onnx`), textual IR with its weights (`.slm`), or
+/// the bucket graphs of a package (`.slmpkg`).
 pub fn load_module(path: &Path) -> anyhow::Result<Module> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("onnx") => Ok(slmcc::onnx::import_model(path)?),
@@ -60,18 +57,22 @@ pub fn load_module(path: &Path) -> anyhow::Result<Module> {
             slmcc_ir::verify_module(&m).map_err(|e| anyhow!("{}: {e}", path.display()))?;
             Ok(m)
         }
-        Some("slmpkg") => bail!("{}: running packages is not yet supported", path.display()),
-        _ => bail!("{}: expected a .onnx model or .slm IR file", path.display()),
+        // Verified (magic, version, digests, version set), with its bucket
+        // graphs, plans and the weights mapped from the package.
+        Some("slmpkg") => Ok(slmcc_runtime::package::Package::open(path)?.module()?),
+        _ => bail!(
+            "{}: expected a .onnx model, a .slm IR file or a .slmpkg package",
+            path.display()
+        ),
     }
 }
 
 /// Prepares a module for a backend (runs its pipeline, verified).
 pub fn prepare(module: &mut Module, backend: Backend, path: &Path) -> anyhow::Result<()> {
     let pipeline = match backend {
-        Backend::Reference => REFERENCE_PIPELINE,
-        // The cpu backend also specialises the graph to the input shapes
-        // when it runs (`execute`).
-        Backend::Cpu => CPU_PIPELINE,
+        // Both run the fused graph; the cpu backend also specialises it to
+        // the input shapes when it runs (`execute`).
+        Backend::Reference | Backend::Cpu => REFERENCE_PIPELINE,
     };
     let options = RunOptions {
         verify_each: true,

@@ -1,9 +1,9 @@
 //! `slmcc report`: the memory plan of every bucket, as text and optionally
 //! as an SVG picture of the arena over time.
 //!
-//! The input is a module that already holds plans (`.slm` written after
+//! The input is a package (`.slmpkg`: its version set, options and kernels
+//! first), a module that already holds plans (`.slm` written after
 //! `plan-memory`), or a model that is planned now with [`plan_pipeline`].
-//! Packages arrive with `slmcc compile`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -11,6 +11,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use slmcc_ir::{MemoryPlan, Module, Region};
 use slmcc_passes::{PassManager, RunOptions};
+use slmcc_runtime::package::{hex, Package};
 
 use super::load::load_module;
 use crate::cli::ReportArgs;
@@ -27,11 +28,21 @@ pub fn plan_pipeline(buckets: &str) -> String {
 pub fn run(args: ReportArgs) -> CmdResult {
     let path = &args.package;
     if path.extension().is_some_and(|e| e == "slmpkg") {
-        return Err(anyhow!(
-            "{}: reading packages is not yet supported (give the .onnx model or a planned .slm)",
-            path.display()
-        )
-        .into());
+        if args.buckets.is_some() {
+            return Err(anyhow!(
+                "{}: a package's buckets are fixed when it is compiled; --buckets applies only to inputs planned now",
+                path.display()
+            )
+            .into());
+        }
+        let pkg = Package::open(path)?;
+        let module = pkg.module()?;
+        print!("{}", package_report(&pkg));
+        print!("{}", text_report(&module, path, false));
+        if let Some(svg) = &args.plan_svg {
+            super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
+        }
+        return Ok(());
     }
     let mut module = load_module(path)?;
     let planned_now = module.plans.is_empty();
@@ -56,6 +67,75 @@ pub fn run(args: ReportArgs) -> CmdResult {
         super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
     }
     Ok(())
+}
+
+/// What a package says about itself: sizes and digests, the version set,
+/// the options, and the kernels it carries.
+fn package_report(pkg: &Package) -> String {
+    let m = &pkg.manifest;
+    let (md, wd) = pkg.digests();
+    let v = m.versions.clone().unwrap_or_default();
+    let o = m.options.clone().unwrap_or_default();
+    let mut out = format!(
+        "{}: package of module @{} (entry @{}), {} bytes, verified\n",
+        pkg.path.display(),
+        m.module,
+        m.entry,
+        pkg.file_bytes()
+    );
+    let _ = writeln!(
+        out,
+        "  manifest   {:>12} bytes  sha256 {}",
+        pkg.manifest_bytes(),
+        hex(&md)
+    );
+    let _ = writeln!(
+        out,
+        "  weights    {:>12} bytes  sha256 {}",
+        pkg.weights_bytes(),
+        hex(&wd)
+    );
+    let _ = writeln!(
+        out,
+        "  versions   compiler {}, target {}, kernel library {}, isa {}, runtime ABI {}",
+        v.compiler, v.target, v.kernel_library, v.isa, v.runtime_abi
+    );
+    let buckets: Vec<String> = o.buckets.iter().map(u64::to_string).collect();
+    let _ = writeln!(
+        out,
+        "  options    cpu {}, quant {}, buckets {}, fma {}",
+        o.cpu,
+        o.quant,
+        buckets.join(", "),
+        if o.fma { "on" } else { "off" }
+    );
+    let _ = writeln!(out, "  pipeline   {}", o.pipeline);
+    let _ = writeln!(
+        out,
+        "  source     {} sha256 {}",
+        m.source,
+        hex(&m.source_sha256)
+    );
+    for b in &m.buckets {
+        let kernels = match &b.kernels {
+            Some(k) => format!(
+                "{} kernels in a {}-byte {} object",
+                k.symbols.len(),
+                k.object.len(),
+                k.triple
+            ),
+            None => "no kernels (JIT-compiled from the IR at load)".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  bucket     @{} ({} = {}): IR {} bytes, {kernels}",
+            b.graph,
+            b.symbol,
+            b.size,
+            b.ir.len()
+        );
+    }
+    out
 }
 
 /// The plans in the module's graph order (buckets ascending).

@@ -3,15 +3,26 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
-use slmcc_ir::Tensor;
-use slmcc_runtime::{npy, Capture};
+use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::{Module, Tensor};
+use slmcc_passes::transforms::bucket_specialize::parse_buckets;
+use slmcc_passes::{PassManager, RunOptions};
+use slmcc_runtime::bucket::{Buckets, Padding};
+use slmcc_runtime::planned::PlannedBuckets;
+use slmcc_runtime::{npy, Capture, RunResult};
 
-use super::load::{entry_graph, execute, load_module, prepare, read_tensor, Backend};
+use super::load::{
+    entry_graph, execute, load_module, prepare, read_tensor, Backend, REFERENCE_PIPELINE,
+};
+use super::report::plan_pipeline;
 use crate::cli::RunArgs;
 use crate::exit::CmdResult;
 
 pub fn run(args: RunArgs) -> CmdResult {
-    let backend = Backend::parse(&args.backend)?;
+    // A package runs on its target (cpu) unless told otherwise.
+    let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
+    let default_backend = if is_package { "cpu" } else { "reference" };
+    let backend = Backend::parse(args.backend.as_deref().unwrap_or(default_backend))?;
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for spec in &args.input {
         let Some((name, file)) = spec.split_once('=') else {
@@ -21,10 +32,14 @@ pub fn run(args: RunArgs) -> CmdResult {
     }
     check_unique(&inputs)?;
     let mut module = load_module(&args.model)?;
-    prepare(&mut module, backend, &args.model)?;
-    let graph = entry_graph(&module)?;
-    let result = execute(backend, &module, graph, &inputs, &Capture::Nothing)
-        .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;
+    let result = if args.buckets.is_some() || !module.buckets.is_empty() {
+        run_bucketed(&mut module, backend, &args, &inputs)?
+    } else {
+        prepare(&mut module, backend, &args.model)?;
+        let graph = entry_graph(&module)?;
+        execute(backend, &module, graph, &inputs, &Capture::Nothing)
+            .map_err(|e| anyhow!("{}: {e}", args.model.display()))?
+    };
     match &args.output_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)
@@ -48,6 +63,125 @@ pub fn run(args: RunArgs) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// Runs on sequence-length buckets: specialises the model to `--buckets`
+/// (and, on `cpu`, plans its memory), or takes the buckets a `.slm` was
+/// specialised to ahead of time; then pads the inputs into the smallest
+/// bucket that holds them, runs it, and slices the outputs back. On `cpu`
+/// that bucket's executor is loaded once with its kernels (JIT) and runs
+/// inside its planned arena; on `reference` the interpreter runs the
+/// padded bucket graph.
+fn run_bucketed(
+    module: &mut Module,
+    backend: Backend,
+    args: &RunArgs,
+    inputs: &[(String, Tensor)],
+) -> anyhow::Result<RunResult> {
+    let path = &args.model;
+    let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
+    let mut pipeline = None;
+    let base = match &args.buckets {
+        Some(list) => {
+            if !module.buckets.is_empty() {
+                bail!(
+                    "{}: the module is already specialised to buckets; --buckets applies only to unspecialised models",
+                    path.display()
+                );
+            }
+            let sizes = parse_buckets(list).map_err(|e| anyhow!("--buckets: {e}"))?;
+            let list = sizes
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            pipeline = Some(match backend {
+                Backend::Reference => {
+                    format!("{REFERENCE_PIPELINE},bucket-specialize{{buckets={list}}}")
+                }
+                Backend::Cpu => plan_pipeline(&list),
+            });
+            entry_graph(module)?.name.clone()
+        }
+        None => {
+            let mut bases: Vec<&str> = module.buckets.values().map(|b| b.base.as_str()).collect();
+            bases.sort_unstable();
+            bases.dedup();
+            match bases[..] {
+                [b] => b.to_string(),
+                _ if bases.contains(&"main") => "main".to_string(),
+                _ => bail!(
+                    "{}: the module has bucket graphs of {} base graphs and none is `main`",
+                    path.display(),
+                    bases.len()
+                ),
+            }
+        }
+    };
+    if pipeline.is_none()
+        && backend == Backend::Cpu
+        && module.buckets.keys().any(|g| !module.plans.contains_key(g))
+    {
+        pipeline = Some("plan-memory".to_string());
+    }
+    if let Some(pipeline) = pipeline {
+        let options = RunOptions {
+            verify_each: true,
+            ..RunOptions::default()
+        };
+        PassManager::parse(&pipeline, options)?
+            .run(module, &mut std::io::sink())
+            .with_context(|| format!("{}", path.display()))?;
+    }
+    if !module.buckets.values().any(|b| b.base == base) {
+        bail!(
+            "{}: graph @{base} has no input with a `seq` axis to specialise for --buckets",
+            path.display()
+        );
+    }
+    let buckets = Buckets::new(module, &base).map_err(|e| at(&e))?;
+    let (smallest, _) = buckets.pick(0).expect("at least one bucket");
+    if let Some((name, _)) = inputs.iter().find(|(n, _)| {
+        !smallest
+            .inputs
+            .iter()
+            .any(|&i| smallest.value(i).name == *n)
+    }) {
+        bail!(
+            "{}: graph @{base}: `{name}` is not an input of the graph",
+            path.display()
+        );
+    }
+    let len = buckets.length(inputs).map_err(|e| at(&e))?;
+    let padding = Padding::default();
+    let run = match backend {
+        Backend::Reference => buckets.run(inputs, padding).map_err(|e| at(&e))?,
+        Backend::Cpu => {
+            let Some((_, info)) = buckets.pick(len) else {
+                bail!(
+                    "{}: graph @{base}: input has seq = {len}, which exceeds the largest bucket ({})",
+                    path.display(),
+                    buckets.sizes().last().copied().unwrap_or(0)
+                );
+            };
+            let size = info.size as usize;
+            let mut planned = PlannedBuckets::load_jit(
+                module,
+                &base,
+                padding,
+                &|s| s == size,
+                &CpuOptions::default(),
+            )
+            .map_err(|e| at(&e))?;
+            planned.run(inputs).map_err(|e| at(&e))?
+        }
+    };
+    tracing::info!(
+        "ran {} tokens in the {} bucket of @{base}",
+        run.length,
+        run.bucket
+    );
+    Ok(run.result)
 }
 
 /// A file name for a value name: anything but `[A-Za-z0-9_.-]` becomes `_`.

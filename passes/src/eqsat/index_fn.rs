@@ -2,8 +2,9 @@
 //! their own indices, for proving what a mask computes.
 //!
 //! Exporters build the causal mask from `range`, `unsqueeze`, `slice`,
-//! `concat`, `gather_nd`, comparisons, `cum_sum` and `where` over symbolic
-//! lengths, so no constant folding can see it. An [`IndexFn`] describes such
+//! `concat`, `gather_nd` (dynamo) or `gather` from a `[seq, 1]` reshape
+//! (TorchScript's `Flatten`), comparisons, `cum_sum` and `where` over
+//! symbolic lengths, so no constant folding can see it. An [`IndexFn`] describes such
 //! a value exactly as pieces: each an affine guard over the index variables
 //! `i0, i1, ...` and the shape's symbols (`seq`), and on it an affine integer
 //! or a boolean. The pieces partition the index space (`0 <= ik < dim k`,
@@ -380,7 +381,21 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
                 start.add(&Lin::idx(0).scale(delta)),
             )))
         }
-        Op::Identity(_) | Op::Reshape(_) if dims(0) == shape => f(0).cloned(),
+        Op::Identity(_) if dims(0) == shape => f(0).cloned(),
+        // A reshape that only adds or drops unit dims (`[1, seq]` → `[seq, 1]`,
+        // TorchScript's `Flatten`) keeps every other index.
+        Op::Reshape(_) => {
+            let (from, one) = (dims(0), Dim::fixed(1));
+            let old: Vec<usize> = (0..from.len()).filter(|&k| from[k] != one).collect();
+            let new: Vec<usize> = (0..shape.len()).filter(|&k| shape[k] != one).collect();
+            let same =
+                old.len() == new.len() && old.iter().zip(&new).all(|(&i, &j)| from[i] == shape[j]);
+            same.then_some(())?;
+            Some(f(0)?.reindex(&|k| match old.iter().position(|&i| i == k) {
+                Some(p) => Lin::idx(new[p]),
+                None => Lin::constant(0),
+            }))
+        }
         Op::Unsqueeze(u) => {
             let rank = shape.len() as i64;
             let mut axes: Vec<usize> = u
@@ -463,6 +478,25 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
             }
             (pieces.len() <= MAX_PIECES).then_some(IndexFn { pieces })
         }
+        Op::Gather(g) => {
+            let (data, idx) = (dims(0), dims(1));
+            let rank = data.len() as i64;
+            let a = (if g.axis < 0 { g.axis + rank } else { g.axis }) as usize;
+            let q = idx.len();
+            // The index read at the result's indices `a .. a + q`.
+            let at = f(1)?.reindex(&|k| Lin::idx(a + k));
+            let (d, bound) = (f(0)?, Lin::of_dim(data.get(a)?)?);
+            product(&[&at], &dom, &|guard, vals| {
+                let Val::Int(l) = vals[0] else { return None };
+                in_range(l, &bound, guard, &dom).then_some(())?;
+                let read = |k: usize| match k.cmp(&a) {
+                    std::cmp::Ordering::Less => Lin::idx(k),
+                    std::cmp::Ordering::Equal => l.clone(),
+                    std::cmp::Ordering::Greater => Lin::idx(k + q - 1),
+                };
+                Some(pieces_of(d.reindex(&read)))
+            })
+        }
         Op::GatherNd(g) if g.batch_dims == 0 => {
             let (data, idx) = (dims(0), dims(1));
             let m = idx.last()?.as_fixed()? as usize;
@@ -481,9 +515,8 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
                     })
                 })
                 .collect::<Option<_>>()?;
-            let mut fs: Vec<&IndexFn> = comps.iter().collect();
+            let fs: Vec<&IndexFn> = comps.iter().collect();
             let d = f(0)?;
-            fs.push(d);
             let data_dims: Vec<Dim> = data.to_vec();
             product(&fs, &dom, &|guard, vals| {
                 let idx: Vec<Lin> = vals[..m]
@@ -495,13 +528,7 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
                     .collect::<Option<_>>()?;
                 // Indices must provably be in range (no negative wrap-around).
                 for (k, l) in idx.iter().enumerate() {
-                    let below = l.scale(-1).add(&Lin::constant(-1));
-                    let above = l.sub(&Lin::of_dim(&data_dims[k])?);
-                    for bad in [below, above] {
-                        if feasible(guard.iter().chain(&dom).chain([&bad]).cloned().collect()) {
-                            return None;
-                        }
-                    }
+                    in_range(l, &Lin::of_dim(&data_dims[k])?, guard, &dom).then_some(())?;
                 }
                 let read = |k: usize| {
                     if k < m {
@@ -510,12 +537,8 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
                         Lin::idx(q + k - m)
                     }
                 };
-                let v = IndexFn::constant(vals[m].clone())
-                    .reindex(&read)
-                    .pieces
-                    .remove(0)
-                    .val;
-                Some(vec![(vec![], v)])
+                // The data's pieces, their guards read at the gathered indices.
+                Some(pieces_of(d.reindex(&read)))
             })
         }
         Op::CumSum(_) => {
@@ -573,6 +596,20 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
         }
         _ => None,
     }
+}
+
+/// Whether `0 <= l < bound` wherever `guard` holds within `dom`.
+fn in_range(l: &Lin, bound: &Lin, guard: &[Lin], dom: &[Lin]) -> bool {
+    let below = l.scale(-1).add(&Lin::constant(-1));
+    let above = l.sub(bound);
+    [below, above]
+        .into_iter()
+        .all(|bad| !feasible(guard.iter().chain(dom).chain([&bad]).cloned().collect()))
+}
+
+/// The pieces of `f` as the guarded values [`product`]'s combination gives.
+fn pieces_of(f: IndexFn) -> Split {
+    f.pieces.into_iter().map(|p| (p.guard, p.val)).collect()
 }
 
 fn not(v: &Val) -> Val {

@@ -117,11 +117,11 @@ fn unary_f32(
         }
         UnaryKind::Floor => kb.b.ins().floor(x),
         UnaryKind::Ceil => kb.b.ins().ceil(x),
-        UnaryKind::Exp => math(kb, MathFn::Exp)?,
+        UnaryKind::Exp => kb.exp(x, w)?,
         UnaryKind::Log => math(kb, MathFn::Log)?,
         UnaryKind::Erf => math(kb, MathFn::Erf)?,
         UnaryKind::Tanh => math(kb, MathFn::Tanh)?,
-        UnaryKind::Sigmoid => math(kb, MathFn::Sigmoid)?,
+        UnaryKind::Sigmoid => kb.sigmoid(x, w)?,
         UnaryKind::Cos => math(kb, MathFn::Cos)?,
         UnaryKind::Sin => math(kb, MathFn::Sin)?,
         // `x.max(0.0)`: NaN gives 0.

@@ -1,29 +1,63 @@
 //! `matmul` (`f32`, NumPy batching and 1-D promotion) and the fused gated
-//! MLPs `swiglu`/`geglu`, on one register-tiled GEMM emitter.
+//! MLPs `swiglu`/`geglu`, on one GEMM emitter.
 //!
-//! The GEMM computes `C[m, n] = A[m, k] · B[k, n]` for static `m, k, n`:
-//! rows in blocks of 4, columns in blocks of two `f32x4` vectors (one when
-//! two `B` matrices share the tile, as the gated MLPs do), then one vector,
-//! then scalar columns. For each tile the `k` loop broadcasts one `A`
-//! element per row and multiplies it into the `B` vectors, accumulating in
-//! registers; the tile is stored once. Each output element is accumulated
-//! in `k` order from `+0.0`, as the reference does, so without FMA the
-//! result is bit-exact; with FMA (the default where the ISA has it) each
-//! step rounds once instead of twice and results differ by a few ulps.
+//! The GEMM computes `C[m, n] = A[m, k] · B[k, n]` for static `m, k, n`
+//! with a register-tiled micro-kernel: `MR = 4` rows by `NV` `f32x4`
+//! vectors of columns per `B` (the gated MLPs carry gate and up in one
+//! tile), `NV` sized to the target's vector registers (x86-64: 4×8, or
+//! 4×4 gate + 4×4 up; aarch64: 4×16, or 4×8 + 4×8). For each `k` the
+//! micro-kernel broadcasts one `A` element per row and multiplies it into
+//! the `B` vectors, accumulating in registers; its `k` loop walks `A` and
+//! `B` by pointer increments, every load at an immediate offset. (Unrolling
+//! it does not pay with Cranelift: the loads of all steps are scheduled
+//! before the multiply-adds and the accumulators spill.)
+//!
+//! Large operands are blocked so the weights stream well:
+//!
+//! - **packed** (`m >= 8`): for each strip of `NR = 4·NV` columns and each
+//!   block of `KC` rows of `B`, the strip is copied into a contiguous stack
+//!   buffer (`KC · NR · 4` bytes per `B`, at most [`PACK_BYTES`] = 32 KiB),
+//!   then every row block of `A` runs over it: the panel is read from L1
+//!   `m / 4` times, with unit stride and no cache-set aliasing whatever
+//!   `n` is. `KC = k` when the strip fits, else `k` is split: partial sums
+//!   go to `C` and are reloaded by the next block. A gated MLP stores its
+//!   up sums in a second stack buffer (`m · NR · 4` bytes, at most
+//!   [`PARTIAL_BYTES`]) and applies the activation in a separate pass over
+//!   the finished strip, which keeps the activation's many values out of
+//!   the GEMM loop's registers.
+//! - **direct** (`m < 8`, the decode GEMV): no copy (each `B` element is
+//!   used `m` times only); strips of 8 (x86-64) or 16 (aarch64) columns
+//!   per `B`, rows walked in place.
+//!
+//! Each output element is still accumulated in `k` order from `+0.0`, as
+//! the reference does (blocking over `k` stores and reloads the exact
+//! partial sum), so without FMA the result is bit-exact; with FMA (the
+//! default where the ISA has it) each step rounds once instead of twice
+//! and results differ by a few ulps.
 
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::Variable;
 use slmcc_ir::ops::gelu::GeluApprox;
 use slmcc_ir::ops::glu::{Glu, GluKind};
 use slmcc_ir::DType;
 
 use super::{unsupported, NodeSig};
-use crate::cpu::emit::{broadcast_strides, row_major, Access, KernelBuilder, Ptr, Width};
+use crate::cpu::emit::{broadcast_strides, row_major, Access, KernelBuilder, Width};
 use crate::cpu::math::MathFn;
 use crate::cpu::CpuError;
 
 /// Rows per tile.
 const MR: usize = 4;
+
+/// Fewest rows for which the `B` strips are packed.
+const PACK_MIN_M: usize = 8;
+
+/// Most stack bytes of one packed `B` strip block (all `B`s together).
+pub const PACK_BYTES: usize = 32 * 1024;
+
+/// Most stack bytes of the sums of a gated MLP's second product over one
+/// strip (`m · NR · 4`); beyond, the direct path runs.
+pub const PARTIAL_BYTES: usize = 128 * 1024;
 
 /// One `B` operand of a GEMM: its first column and its row stride (elements).
 #[derive(Clone, Copy)]
@@ -46,120 +80,356 @@ struct Gemm<'e, 'f> {
     epilogue: &'e mut Epilogue<'f>,
 }
 
+/// Where a micro-kernel reads `B`: per `B`, a pointer at the tile's first
+/// column and first `k`, and the byte stride from one `k` to the next.
+#[derive(Clone)]
+struct BSrc {
+    ptrs: Vec<Value>,
+    /// Byte offset of `B` number `bi` from its pointer (packed: all share
+    /// one pointer).
+    offsets: Vec<i64>,
+    row_bytes: i64,
+}
+
+/// Where the running sums of a tile start from and go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The only `k` block: from zero, epilogue applied.
+    Whole,
+    /// The first of several: from zero, partial sums stored.
+    First,
+    /// A middle block: partial sums loaded and stored.
+    Middle,
+    /// The last block: partial sums loaded, epilogue applied.
+    Last,
+}
+
+impl Phase {
+    fn of(first: bool, last: bool) -> Phase {
+        match (first, last) {
+            (true, true) => Phase::Whole,
+            (true, false) => Phase::First,
+            (false, false) => Phase::Middle,
+            (false, true) => Phase::Last,
+        }
+    }
+}
+
+/// One micro-kernel call.
+struct Tile {
+    mr: usize,
+    nv: usize,
+    w: Width,
+    /// `A` at the tile's first row and the block's first `k`.
+    a: Value,
+    b: BSrc,
+    /// `C` at the tile's first row and column.
+    c: Value,
+    /// Partial sums of the second `B` (gated MLPs blocked over `k`): the
+    /// tile's first row and column in a `[m, NR]` buffer, and its row
+    /// stride in bytes.
+    partial: Option<(Value, i64)>,
+    kc: usize,
+    phase: Phase,
+}
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
 impl Gemm<'_, '_> {
     fn emit(&mut self, kb: &mut KernelBuilder, a: Value, c: Value) -> Result<(), CpuError> {
-        let full = self.m / MR;
-        let (lda, ldc) = (self.lda * 4, self.ldc * 4);
-        kb.for_n(full, |kb, rb| {
-            let a_rows = kb.index(a, rb, MR as i64 * lda);
-            let c_rows = kb.index(c, rb, MR as i64 * ldc);
-            self.rows(kb, MR, a_rows, c_rows)
-        })?;
-        let rem = self.m % MR;
-        if rem > 0 {
-            let a_rows = kb.offset(a, (full * MR) as i64 * lda);
-            let c_rows = kb.offset(c, (full * MR) as i64 * ldc);
-            self.rows(kb, rem, a_rows, c_rows)?;
+        if self.m == 0 || self.n == 0 {
+            return Ok(());
+        }
+        let nb = self.bs.len();
+        // Accumulators the tile may hold: half the vector registers.
+        let acc = kb.vector_regs() / 2;
+        let nv = if self.m < MR {
+            // Decode (GEMV) is bound by the weights' bandwidth: 8 columns
+            // per B on x86-64 (16 on aarch64). Wider strips measured no
+            // better on x86-64, and at 32 columns an accumulator spills.
+            (acc / 4 / (self.m.max(1) * nb)).clamp(1, 8)
+        } else {
+            (acc / (MR * nb)).max(1)
+        };
+        let nr = 4 * nv;
+        let strips = self.n / nr;
+        let mut at = 0;
+        if strips > 0 {
+            let packed = self.m >= PACK_MIN_M && self.packed(kb, a, c, nv, strips)?;
+            if !packed {
+                self.direct(kb, a, c, nv, Width::Vector(4), 0, strips)?;
+            }
+            at = strips * nr;
+        }
+        let rest = (self.n - at) / 4;
+        if rest > 0 {
+            self.direct(kb, a, c, rest, Width::Vector(4), at, 1)?;
+            at += 4 * rest;
+        }
+        for col in at..self.n {
+            self.direct(kb, a, c, 1, Width::Scalar, col, 1)?;
         }
         Ok(())
     }
 
-    /// All columns of `mr` rows.
+    /// Row blocks of `MR` (then the remaining rows) over one column tile:
+    /// `tile(rows, row0)` emits one micro-kernel.
     fn rows(
         &mut self,
         kb: &mut KernelBuilder,
-        mr: usize,
-        a: Value,
-        c: Value,
+        mut tile: impl FnMut(&mut Self, &mut KernelBuilder, usize, Value) -> Result<(), CpuError>,
     ) -> Result<(), CpuError> {
-        let nv = if self.bs.len() == 1 { 2 } else { 1 };
-        let wide = 4 * nv;
-        let blocks = self.n / wide;
-        kb.for_n(blocks, |kb, j| {
-            let col = kb.b.ins().imul_imm_s(j, wide as i64 * 4);
-            self.tile(kb, mr, nv, Width::Vector(4), a, c, Some(col), 0)
+        let mr = MR.min(self.m);
+        let full = self.m / mr;
+        kb.for_n(full, |kb, rb| {
+            let row0 = kb.b.ins().imul_imm_s(rb, mr as i64);
+            tile(self, kb, mr, row0)
         })?;
-        let mut at = blocks * wide;
-        if nv == 2 && self.n - at >= 4 {
-            self.tile(kb, mr, 1, Width::Vector(4), a, c, None, at)?;
-            at += 4;
-        }
-        if self.bs.len() > 1 || nv == 1 {
-            while self.n - at >= 4 {
-                self.tile(kb, mr, 1, Width::Vector(4), a, c, None, at)?;
-                at += 4;
-            }
-        }
-        for col in at..self.n {
-            self.tile(kb, mr, 1, Width::Scalar, a, c, None, col)?;
+        let rem = self.m - full * mr;
+        if rem > 0 {
+            let row0 = kb.iconst((full * mr) as i64);
+            tile(self, kb, rem, row0)?;
         }
         Ok(())
     }
 
-    /// One `mr × (nv · lanes)` tile at byte column `col` (dynamic) plus
-    /// element column `col0` (static).
+    /// Columns `col0 + j·4·nv` for `j < strips`, `B` read in place.
     #[allow(clippy::too_many_arguments)]
-    fn tile(
+    fn direct(
         &mut self,
         kb: &mut KernelBuilder,
-        mr: usize,
-        nv: usize,
-        w: Width,
         a: Value,
         c: Value,
-        col: Option<Value>,
+        nv: usize,
+        w: Width,
         col0: usize,
+        strips: usize,
     ) -> Result<(), CpuError> {
-        let ty = w.ty(types::F32);
-        let at_col = |kb: &mut KernelBuilder, base: Value| {
-            let base = match col {
-                Some(cv) => kb.b.ins().iadd(base, cv),
-                None => base,
-            };
-            kb.offset(base, col0 as i64 * 4)
-        };
-        let bcols: Vec<Value> = self.bs.clone().iter().map(|b| at_col(kb, b.base)).collect();
+        let nr = (nv * w.lanes()) as i64;
         let nb = self.bs.len();
-        // acc[r][v][b]
-        let zero = kb.f32c(0.0, w);
-        let mut acc: Vec<Variable> = Vec::with_capacity(mr * nv * nb);
-        for _ in 0..mr * nv * nb {
-            let var = kb.b.declare_var(ty);
-            kb.b.def_var(var, zero);
-            acc.push(var);
+        kb.for_n(strips, |kb, j| {
+            let col = kb.b.ins().imul_imm_s(j, nr);
+            let col = kb.b.ins().iadd_imm_s(col, col0 as i64);
+            let bcols: Vec<Value> = self
+                .bs
+                .clone()
+                .iter()
+                .map(|bm| kb.index(bm.base, col, 4))
+                .collect();
+            let ccol = kb.index(c, col, 4);
+            let ld = self.bs[0].ld;
+            self.rows(kb, |g, kb, mr, row0| {
+                let ar = kb.index(a, row0, g.lda * 4);
+                let cr = kb.index(ccol, row0, g.ldc * 4);
+                let tile = Tile {
+                    mr,
+                    nv,
+                    w,
+                    a: ar,
+                    b: BSrc {
+                        ptrs: bcols.clone(),
+                        offsets: vec![0; nb],
+                        row_bytes: ld * 4,
+                    },
+                    c: cr,
+                    partial: None,
+                    kc: g.k,
+                    phase: Phase::Whole,
+                };
+                g.micro(kb, &tile)
+            })
+        })
+    }
+
+    /// The packed path over `strips` strips of `4·nv` columns; `false`
+    /// (nothing emitted) when its scratch would exceed the limits.
+    fn packed(
+        &mut self,
+        kb: &mut KernelBuilder,
+        a: Value,
+        c: Value,
+        nv: usize,
+        strips: usize,
+    ) -> Result<bool, CpuError> {
+        let nb = self.bs.len();
+        let nr = 4 * nv;
+        let strip_row = nr * 4 * nb;
+        let kc = if self.k * strip_row <= PACK_BYTES {
+            self.k
+        } else {
+            PACK_BYTES / strip_row
+        };
+        // A gated MLP keeps its second product's sums in a stack buffer and
+        // applies the activation in a pass of its own after the strip: the
+        // epilogue's many values then never compete with the accumulators
+        // for registers (on x86-64 they made the GEMM loop spill).
+        let partial_bytes = self.m * nr * 4 * (nb - 1);
+        if kc == 0 || partial_bytes > PARTIAL_BYTES {
+            return Ok(false);
         }
-        let slot = |r: usize, v: usize, b: usize| (r * nv + v) * nb + b;
-        let lanes = w.lanes() as i32;
+        let pack = kb.stack_buf((kc.max(1) * strip_row) as u32);
+        let partial = (nb > 1).then(|| kb.stack_buf(partial_bytes as u32));
+        let ld = self.bs[0].ld;
+        kb.for_n(strips, |kb, j| {
+            let col = kb.b.ins().imul_imm_s(j, nr as i64);
+            let bcols: Vec<Value> = self
+                .bs
+                .clone()
+                .iter()
+                .map(|bm| kb.index(bm.base, col, 4))
+                .collect();
+            let ccol = kb.index(c, col, 4);
+            let mut pc = 0;
+            while pc < self.k {
+                let kcur = kc.min(self.k - pc);
+                // Pack rows pc..pc + kcur of the strip: row kk of B number
+                // bi goes to pack[(kk · nb + bi) · nr ..].
+                let srcs: Vec<Value> = bcols
+                    .iter()
+                    .map(|&bc| kb.offset(bc, pc as i64 * ld * 4))
+                    .collect();
+                kb.for_n(kcur, |kb, kk| {
+                    let dst = kb.index(pack, kk, strip_row as i64);
+                    for (bi, &src) in srcs.iter().enumerate() {
+                        let row = kb.index(src, kk, ld * 4);
+                        for v in 0..nv {
+                            let x = kb.b.ins().load(types::F32X4, flags(), row, (16 * v) as i32);
+                            let off = (bi * nr * 4 + 16 * v) as i32;
+                            kb.b.ins().store(flags(), x, dst, off);
+                        }
+                    }
+                    Ok(())
+                })?;
+                // With a separate epilogue pass, every block stores sums.
+                let last = pc + kcur == self.k && partial.is_none();
+                let phase = Phase::of(pc == 0, last);
+                self.rows(kb, |g, kb, mr, row0| {
+                    let ar = kb.index(a, row0, g.lda * 4);
+                    let ar = kb.offset(ar, pc as i64 * 4);
+                    let cr = kb.index(ccol, row0, g.ldc * 4);
+                    let part = partial.map(|p| {
+                        let pr = kb.index(p, row0, (nr * 4) as i64);
+                        (pr, (nr * 4) as i64)
+                    });
+                    let tile = Tile {
+                        mr,
+                        nv,
+                        w: Width::Vector(4),
+                        a: ar,
+                        b: BSrc {
+                            ptrs: vec![pack],
+                            offsets: (0..nb).map(|bi| (bi * nr * 4) as i64).collect(),
+                            row_bytes: strip_row as i64,
+                        },
+                        c: cr,
+                        partial: part,
+                        kc: kcur,
+                        phase,
+                    };
+                    g.micro(kb, &tile)
+                })?;
+                pc += kcur;
+            }
+            if let Some(p) = partial {
+                self.strip_epilogue(kb, ccol, p, nv)?;
+            }
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    /// `C = epilogue(C, partial)` over the `m` rows of a strip of `4·nv`
+    /// columns (gated MLPs: gate sums in `C`, up sums in `partial`).
+    fn strip_epilogue(
+        &mut self,
+        kb: &mut KernelBuilder,
+        ccol: Value,
+        partial: Value,
+        nv: usize,
+    ) -> Result<(), CpuError> {
+        let w = Width::Vector(4);
+        let ty = w.ty(types::F32);
+        let (ldc, ldp) = (self.ldc * 4, (nv * 16) as i64);
+        kb.for_n(self.m, |kb, r| {
+            let crow = kb.index(ccol, r, ldc);
+            let prow = kb.index(partial, r, ldp);
+            for v in 0..nv {
+                let off = (16 * v) as i32;
+                let g = kb.b.ins().load(ty, flags(), crow, off);
+                let u = kb.b.ins().load(ty, flags(), prow, off);
+                let out = (self.epilogue)(kb, &[g, u], w)?;
+                kb.b.ins().store(flags(), out, crow, off);
+            }
+            Ok(())
+        })
+    }
+
+    /// One `mr × (nv · lanes)` tile over `kc` steps of `k`.
+    fn micro(&mut self, kb: &mut KernelBuilder, t: &Tile) -> Result<(), CpuError> {
+        let (mr, nv, w, nb) = (t.mr, t.nv, t.w, self.bs.len());
+        let ty = w.ty(types::F32);
+        let lanes = w.lanes() as i64;
         let lda = self.lda * 4;
-        let bs = self.bs.clone();
+        let ldc = self.ldc * 4;
+        let slot = |r: usize, v: usize, b: usize| (r * nv + v) * nb + b;
+        // Where the running sum of (r, v, b) is kept between k blocks.
+        let home = |r: usize, v: usize, b: usize| -> (Value, i32) {
+            let off = (v as i64 * lanes * 4) as i32;
+            match (b, t.partial) {
+                (0, _) => (t.c, r as i32 * ldc as i32 + off),
+                (_, Some((p, stride))) => (p, r as i32 * stride as i32 + off),
+                _ => unreachable!("a second B only stores its sums with a partial buffer"),
+            }
+        };
+        let mut acc: Vec<Variable> = Vec::with_capacity(mr * nv * nb);
+        let zero = kb.f32c(0.0, w);
+        for r in 0..mr {
+            for v in 0..nv {
+                for b in 0..nb {
+                    let var = kb.b.declare_var(ty);
+                    let init = match t.phase {
+                        Phase::Whole | Phase::First => zero,
+                        Phase::Middle | Phase::Last => {
+                            let (base, off) = home(r, v, b);
+                            kb.b.ins().load(ty, flags(), base, off)
+                        }
+                    };
+                    kb.b.def_var(var, init);
+                    debug_assert_eq!(acc.len(), slot(r, v, b));
+                    acc.push(var);
+                }
+            }
+        }
         let fma = kb.fma;
-        kb.for_n(self.k, |kb, kk| {
+        let a_var = kb.b.declare_var(types::I64);
+        kb.b.def_var(a_var, t.a);
+        let b_vars: Vec<Variable> =
+            t.b.ptrs
+                .iter()
+                .map(|&p| {
+                    let var = kb.b.declare_var(types::I64);
+                    kb.b.def_var(var, p);
+                    var
+                })
+                .collect();
+        let b_of = |bi: usize| if t.b.ptrs.len() == 1 { 0 } else { bi };
+        // One k step at the current pointers.
+        let step = |kb: &mut KernelBuilder| {
+            let ap = kb.b.use_var(a_var);
+            let bps: Vec<Value> = b_vars.iter().map(|&v| kb.b.use_var(v)).collect();
             let mut bv = Vec::with_capacity(nv * nb);
             for v in 0..nv {
-                for (bi, bm) in bs.iter().enumerate() {
-                    let row = kb.index(bcols[bi], kk, bm.ld * 4);
-                    let p = kb.offset(row, (v as i32 * lanes * 4) as i64);
-                    bv.push(kb.load(
-                        types::F32,
-                        Ptr {
-                            addr: p,
-                            splat: false,
-                        },
-                        w,
-                    ));
+                for bi in 0..nb {
+                    let off = t.b.offsets[bi] + v as i64 * lanes * 4;
+                    bv.push(kb.b.ins().load(ty, flags(), bps[b_of(bi)], off as i32));
                 }
             }
             for r in 0..mr {
-                let arow = kb.offset(a, r as i64 * lda);
-                let ap = kb.index(arow, kk, 4);
-                let x = kb.load(
-                    types::F32,
-                    Ptr {
-                        addr: ap,
-                        splat: true,
-                    },
-                    w,
-                );
+                let off = r as i64 * lda;
+                let x = kb.b.ins().load(types::F32, flags(), ap, off as i32);
+                let x = kb.splat(x, w);
                 for v in 0..nv {
                     for b in 0..nb {
                         let var = acc[slot(r, v, b)];
@@ -175,22 +445,36 @@ impl Gemm<'_, '_> {
                     }
                 }
             }
+        };
+        let advance = |kb: &mut KernelBuilder| {
+            let ap = kb.b.use_var(a_var);
+            let ap = kb.b.ins().iadd_imm_s(ap, 4);
+            kb.b.def_var(a_var, ap);
+            for &var in &b_vars {
+                let bp = kb.b.use_var(var);
+                let bp = kb.b.ins().iadd_imm_s(bp, t.b.row_bytes);
+                kb.b.def_var(var, bp);
+            }
+        };
+        kb.for_n(t.kc, |kb, _| {
+            step(kb);
+            advance(kb);
             Ok(())
         })?;
-        let ccol = at_col(kb, c);
+        let finish = matches!(t.phase, Phase::Whole | Phase::Last);
         for r in 0..mr {
-            let crow = kb.offset(ccol, r as i64 * self.ldc * 4);
             for v in 0..nv {
                 let sums: Vec<Value> = (0..nb).map(|b| kb.b.use_var(acc[slot(r, v, b)])).collect();
-                let out = (self.epilogue)(kb, &sums, w)?;
-                let p = kb.offset(crow, (v as i32 * lanes * 4) as i64);
-                kb.store(
-                    out,
-                    Ptr {
-                        addr: p,
-                        splat: false,
-                    },
-                );
+                if finish {
+                    let out = (self.epilogue)(kb, &sums, w)?;
+                    let (base, off) = home(r, v, 0);
+                    kb.b.ins().store(flags(), out, base, off);
+                } else {
+                    for (b, &s) in sums.iter().enumerate() {
+                        let (base, off) = home(r, v, b);
+                        kb.b.ins().store(flags(), s, base, off);
+                    }
+                }
             }
         }
         Ok(())
@@ -305,7 +589,7 @@ pub fn glu(kb: &mut KernelBuilder, op: &Glu, sig: &NodeSig) -> Result<(), CpuErr
         let (g, u) = (s[0], s[1]);
         let a = match kind {
             GluKind::SwiGlu => {
-                let sg = kb.math(MathFn::Sigmoid, &[g], w)?;
+                let sg = kb.sigmoid(g, w)?;
                 kb.b.ins().fmul(g, sg)
             }
             GluKind::GeGlu(GeluApprox::None) => kb.math(MathFn::GeluErf, &[g], w)?,
@@ -314,6 +598,7 @@ pub fn glu(kb: &mut KernelBuilder, op: &Glu, sig: &NodeSig) -> Result<(), CpuErr
         Ok(kb.b.ins().fmul(a, u))
     };
     let xb = kb.buf(0);
+    kb.local_constants = true;
     Gemm {
         m: rows,
         k: hidden,

@@ -5,11 +5,15 @@
 //! ([`NodeSig`]), and the values of operands that are compile-time
 //! constants (`slice` bounds, `reshape` targets). It checks what it supports
 //! before emitting anything and answers [`CpuError::Unsupported`] otherwise.
+//! Every op of the IR has a lowering; what remains unsupported are forms
+//! of them (dtypes, indices computed at run time, integer `div`/`mod`/`pow`).
 
+mod attention;
 mod elementwise;
 mod matmul;
 mod movement;
 mod reduce;
+mod rope;
 
 use cranelift_codegen::ir::{types, Type};
 use slmcc_ir::{DType, Op, OpDef, Tensor};
@@ -79,6 +83,9 @@ pub fn lower_node(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), 
         Op::Reduce(r) => reduce::reduce(kb, r, sig),
         Op::LayerNorm(l) => reduce::layer_norm(kb, l, sig),
         Op::RmsNorm(r) => reduce::rms_norm(kb, r, sig),
+        Op::AddRmsNorm(r) => reduce::add_rms_norm(kb, r, sig),
+        Op::AddLayerNorm(l) => reduce::add_layer_norm(kb, l, sig),
+        Op::CumSum(c) => reduce::cum_sum(kb, c, sig),
         Op::Reshape(_) | Op::Squeeze(_) | Op::Unsqueeze(_) | Op::Identity(_) => {
             movement::same_layout(kb, op.mnemonic(), sig)
         }
@@ -89,6 +96,10 @@ pub fn lower_node(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), 
         Op::Split(s) => movement::split(kb, s.axis, sig),
         Op::Gather(g) => movement::gather(kb, g.axis, sig),
         Op::GatherNd(_) | Op::GatherElements(_) => movement::by_index_table(kb, op, sig),
-        other => Err(unsupported(other.mnemonic(), "")),
+        Op::Attention(a) => attention::attention(kb, a, sig),
+        Op::Rope(r) => rope::rope(kb, r, sig),
+        Op::Trilu(t) => movement::trilu(kb, t.upper, sig),
+        Op::Range(_) => movement::range(kb, sig),
+        Op::ShapeOf(_) | Op::Size(_) | Op::ConstantOfShape(_) => movement::shape_value(kb, op, sig),
     }
 }

@@ -1,6 +1,7 @@
 //! Data movement: `reshape`, `squeeze`, `unsqueeze`, `identity`,
 //! `transpose`, `expand`, `slice`, `concat`, `split`, `gather`,
-//! `constant`, and `gather_nd`/`gather_elements` with constant indices.
+//! `constant`, `gather_nd`/`gather_elements` with constant indices,
+//! `trilu`, and the generator `range`.
 //!
 //! Each is one or more strided copies: a loop nest over the destination
 //! region, the source read through strides (permuted for `transpose`, zero
@@ -270,16 +271,49 @@ pub fn constant(
         .eval(&[], &EvalCtx::default())
         .map_err(|e| unsupported("constant", format!("with a symbolic value ({e})")))?
         .remove(0);
+    let _ = sig;
+    let dst = kb.buf(0);
+    static_value(kb, "constant", &t, dst)
+}
+
+/// Writes a value known at compile time to `dst`, copied from a data
+/// object.
+fn static_value(kb: &mut KernelBuilder, op: &str, t: &Tensor, dst: Value) -> Result<(), CpuError> {
     let d = t.dtype();
     if !d.bits().is_multiple_of(8) {
-        return Err(unsupported("constant", format!("of {d}")));
+        return Err(unsupported(op, format!("of {d}")));
     }
     let eb = (d.bits() / 8) as i64;
     let id = kb.define_data(t.to_le_bytes())?;
     let src = kb.data_addr(id);
-    let dst = kb.buf(0);
-    let _ = sig;
     copy(kb, &[t.len()], eb, src, vec![1], dst, vec![1])
+}
+
+/// `shape`, `size` and `constant_of_shape`: their results depend only on
+/// shapes, which are static, so the kernel copies a value computed at
+/// compile time (`constant_of_shape` by its reference evaluation).
+pub fn shape_value(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), CpuError> {
+    let name = op.mnemonic();
+    let dims = |s: &[usize]| Tensor::from_i64(vec![s.len()], s.iter().map(|&d| d as i64).collect());
+    let x = &sig.inputs[0].shape;
+    let value = match op {
+        Op::Size(_) => Tensor::scalar_i64(x.iter().product::<usize>() as i64),
+        Op::ShapeOf(sh) => {
+            // ONNX `Shape` clamping of `start`/`end`.
+            let r = x.len() as i64;
+            let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let (s0, e0) = (clamp(sh.start), clamp(sh.end.unwrap_or(r)));
+            dims(&x[s0..e0.max(s0)])
+        }
+        _ => {
+            let out = &sig.outputs[0].shape;
+            op.eval(&[&dims(out)], &EvalCtx::default())
+                .map_err(|e| CpuError::Codegen(format!("`{name}`: {e}")))?
+                .remove(0)
+        }
+    };
+    let dst = kb.buf(sig.inputs.len());
+    static_value(kb, name, &value, dst)
 }
 
 /// Largest data operand (in elements) for which [`by_index_table`] builds
@@ -343,6 +377,104 @@ pub fn by_index_table(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<
             w,
         );
         kb.store(v, p[1]);
+        Ok(())
+    })
+}
+
+/// `trilu`: keeps the upper (`col - row >= k`) or lower (`col - row <= k`)
+/// triangle of the last two axes and zeroes the rest, for any byte-sized
+/// dtype; `k` is read from its operand at run time (0 without one).
+pub fn trilu(kb: &mut KernelBuilder, upper: bool, sig: &NodeSig) -> Result<(), CpuError> {
+    let eb = elem_bytes(sig, "trilu")?;
+    let ty = move_type(eb)?;
+    let shape = &sig.inputs[0].shape;
+    let r = shape.len();
+    let (rows, cols) = (shape[r - 2], shape[r - 1]);
+    let batch: usize = shape[..r - 2].iter().product();
+    let k = match sig.inputs.get(1) {
+        Some(_) => {
+            let kp = kb.buf(1);
+            kb.load(
+                types::I64,
+                Ptr {
+                    addr: kp,
+                    splat: false,
+                },
+                crate::cpu::emit::Width::Scalar,
+            )
+        }
+        None => kb.iconst(0),
+    };
+    let (src, dst) = (kb.buf(0), kb.buf(sig.inputs.len()));
+    let row_bytes = cols as i64 * eb;
+    let mat_bytes = rows as i64 * row_bytes;
+    kb.for_n(batch, |kb, bi| {
+        let (sm, dm) = (kb.index(src, bi, mat_bytes), kb.index(dst, bi, mat_bytes));
+        kb.for_n(rows, |kb, row| {
+            let sp = kb.index(sm, row, row_bytes);
+            let dp = kb.index(dm, row, row_bytes);
+            kb.for_n(cols, |kb, c| {
+                let diff = kb.b.ins().isub(c, row);
+                let cc = if upper {
+                    cranelift_codegen::ir::condcodes::IntCC::SignedGreaterThanOrEqual
+                } else {
+                    cranelift_codegen::ir::condcodes::IntCC::SignedLessThanOrEqual
+                };
+                let keep = kb.b.ins().icmp(cc, diff, k);
+                let at = |kb: &mut KernelBuilder, base| Ptr {
+                    addr: kb.index(base, c, eb),
+                    splat: false,
+                };
+                let (s, d) = (at(kb, sp), at(kb, dp));
+                let v = kb.load(ty, s, crate::cpu::emit::Width::Scalar);
+                let z = kb.b.ins().iconst(ty, 0);
+                let out = kb.b.ins().select(keep, v, z);
+                kb.store(out, d);
+                Ok(())
+            })
+        })
+    })
+}
+
+/// `range` with its (static) length from the result type: integers are
+/// `start + i·delta` (wrapping), floats accumulate `value += delta` in
+/// `f32` from `start`, as the reference does; the operands are read at run
+/// time.
+pub fn range(kb: &mut KernelBuilder, sig: &NodeSig) -> Result<(), CpuError> {
+    let dt = sig.inputs[0].dtype;
+    let ty = match dt {
+        DType::F32 => types::F32,
+        DType::I64 => types::I64,
+        DType::I32 => types::I32,
+        d => return Err(unsupported("range", format!("on {d}"))),
+    };
+    let n: usize = sig.outputs[0].shape.iter().product();
+    let w = crate::cpu::emit::Width::Scalar;
+    let scalar = |kb: &mut KernelBuilder, i: usize| {
+        let addr = kb.buf(i);
+        kb.load(ty, Ptr { addr, splat: false }, w)
+    };
+    let (start, delta) = (scalar(kb, 0), scalar(kb, 2));
+    let out = kb.buf(3);
+    let eb = sig.outputs[0].elem_bytes();
+    let var = kb.b.declare_var(ty);
+    kb.b.def_var(var, start);
+    kb.for_n(n, |kb, i| {
+        let at = kb.index(out, i, eb);
+        let v = kb.b.use_var(var);
+        kb.store(
+            v,
+            Ptr {
+                addr: at,
+                splat: false,
+            },
+        );
+        let next = if ty == types::F32 {
+            kb.b.ins().fadd(v, delta)
+        } else {
+            kb.b.ins().iadd(v, delta)
+        };
+        kb.b.def_var(var, next);
         Ok(())
     })
 }

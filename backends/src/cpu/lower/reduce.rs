@@ -1,15 +1,21 @@
 //! Reductions and the ops built on them: `reduce_*` (any axes), `softmax`
-//! (any axis), `layer_norm` and `rms_norm`.
+//! (any axis), `layer_norm`, `rms_norm`, the fused `add_rms_norm` and
+//! `add_layer_norm` (both results, one pass per row), and `cum_sum`.
 //!
 //! A loop nest runs over the kept positions; for each, the reduced
 //! elements are visited in row-major order and accumulated in one `f32`
 //! register from the reference's starting value, so the summation order —
 //! and with it every rounding — is the reference's: results are bit-exact.
 //! The element-wise passes that follow a reduction (normalising, scaling)
-//! run in `f32x4` vectors, which does not change results.
+//! run in `f32x4` vectors, which does not change results. Under
+//! `fast_math`, softmax over a contiguous axis takes its maximum and sum in
+//! `f32x4` lanes and uses the vector `exp` (within ~1e-6 relative).
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
+use slmcc_ir::ops::add_layer_norm::AddLayerNorm;
+use slmcc_ir::ops::add_rms_norm::AddRmsNorm;
+use slmcc_ir::ops::cum_sum::CumSum;
 use slmcc_ir::ops::layer_norm::LayerNorm;
 use slmcc_ir::ops::norm_axis;
 use slmcc_ir::ops::reduce::{Reduce, ReduceKind};
@@ -19,6 +25,7 @@ use slmcc_ir::DType;
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, row_major, Access, KernelBuilder, Ptr, Width};
 use crate::cpu::math::MathFn;
+use crate::cpu::vmath;
 use crate::cpu::CpuError;
 
 fn f32_only(op: &str, sig: &NodeSig) -> Result<(), CpuError> {
@@ -136,6 +143,14 @@ pub fn softmax(kb: &mut KernelBuilder, axis: i64, sig: &NodeSig) -> Result<(), C
         .collect();
     let step = st[a];
     let accesses = [acc(kb.buf(0), outer_st.clone()), acc(kb.buf(1), outer_st)];
+    if kb.fast_math && step == 1 {
+        return kb.nest(&outer, &accesses, None, |kb, p, _| {
+            let (x, y) = (p[0].addr, p[1].addr);
+            let max = row_max(kb, x, n)?;
+            let total = exp_sum(kb, x, y, n, max)?;
+            row_div(kb, y, n, total)
+        });
+    }
     kb.nest(&outer, &accesses, None, |kb, p, _| {
         let (x, y) = (p[0].addr, p[1].addr);
         // `fold(-inf, f32::max)`: a NaN element is skipped.
@@ -178,6 +193,92 @@ pub fn softmax(kb: &mut KernelBuilder, axis: i64, sig: &NodeSig) -> Result<(), C
                 Ok(())
             },
         )
+    })
+}
+
+/// The largest of the `n` contiguous `f32` at `x` (NaN skipped, `-inf`
+/// for an empty row): sequential in the reference's order, or in `f32x4`
+/// lanes under `fast_math` (max is exact either way).
+pub(super) fn row_max(kb: &mut KernelBuilder, x: Value, n: usize) -> Result<Value, CpuError> {
+    if !kb.fast_math {
+        return fold(kb, &[n], x, vec![1], f32::NEG_INFINITY, |kb, m, v| {
+            Ok(vmath::max_skip_nan(kb, v, m, Width::Scalar))
+        });
+    }
+    let v4 = Width::Vector(4);
+    let vm = kb.b.declare_var(v4.ty(types::F32));
+    let sm = kb.b.declare_var(types::F32);
+    let init = kb.f32c(f32::NEG_INFINITY, v4);
+    kb.b.def_var(vm, init);
+    let init = kb.f32c(f32::NEG_INFINITY, Width::Scalar);
+    kb.b.def_var(sm, init);
+    kb.nest(&[n], &[acc(x, vec![1])], Some(4), |kb, p, w| {
+        let v = kb.load(types::F32, p[0], w);
+        let var = if w == Width::Scalar { sm } else { vm };
+        let m = kb.b.use_var(var);
+        let m = vmath::max_skip_nan(kb, v, m, w);
+        kb.b.def_var(var, m);
+        Ok(())
+    })?;
+    let v = kb.b.use_var(vm);
+    let h = vmath::hmax(kb, v);
+    let s = kb.b.use_var(sm);
+    Ok(vmath::max_skip_nan(kb, s, h, Width::Scalar))
+}
+
+/// Writes `e_j = exp(x_j - max)` for the `n` contiguous `f32` at `x` to `y`
+/// (which may be `x`) and returns `Σ e_j` from `+0.0`: sequentially, or in
+/// `f32x4` partial sums with the vector `exp` under `fast_math`.
+pub(super) fn exp_sum(
+    kb: &mut KernelBuilder,
+    x: Value,
+    y: Value,
+    n: usize,
+    max: Value,
+) -> Result<Value, CpuError> {
+    let fast = kb.fast_math;
+    let v4 = Width::Vector(4);
+    let vs = kb.b.declare_var(v4.ty(types::F32));
+    let ss = kb.b.declare_var(types::F32);
+    let zero = kb.f32c(0.0, v4);
+    kb.b.def_var(vs, zero);
+    let zero = kb.f32c(0.0, Width::Scalar);
+    kb.b.def_var(ss, zero);
+    let accesses = [acc(x, vec![1]), acc(y, vec![1])];
+    kb.nest(&[n], &accesses, fast.then_some(4), |kb, q, w| {
+        let v = kb.load(types::F32, q[0], w);
+        let m = kb.splat(max, w);
+        let d = kb.b.ins().fsub(v, m);
+        let e = kb.exp(d, w)?;
+        kb.store(e, q[1]);
+        let var = if w == Width::Scalar { ss } else { vs };
+        let s = kb.b.use_var(var);
+        let s = kb.b.ins().fadd(s, e);
+        kb.b.def_var(var, s);
+        Ok(())
+    })?;
+    let s = kb.b.use_var(ss);
+    if !fast {
+        return Ok(s);
+    }
+    let v = kb.b.use_var(vs);
+    let h = vmath::hsum(kb, v);
+    Ok(kb.b.ins().fadd(h, s))
+}
+
+/// Divides the `n` contiguous `f32` at `y` by `d`, in place, in vectors.
+pub(super) fn row_div(
+    kb: &mut KernelBuilder,
+    y: Value,
+    n: usize,
+    d: Value,
+) -> Result<(), CpuError> {
+    kb.nest(&[n], &[acc(y, vec![1])], Some(4), |kb, q, w| {
+        let e = kb.load(types::F32, q[0], w);
+        let t = kb.splat(d, w);
+        let r = kb.b.ins().fdiv(e, t);
+        kb.store(r, q[0]);
+        Ok(())
     })
 }
 
@@ -255,34 +356,224 @@ pub fn rms_norm(kb: &mut KernelBuilder, op: &RmsNorm, sig: &NodeSig) -> Result<(
     let rows: usize = shape[..shape.len() - 1].iter().product();
     let h = hidden as i64;
     let accesses = [acc(kb.buf(0), vec![h]), acc(kb.buf(2), vec![h])];
-    let (eps, offset) = (op.eps, op.offset);
     let w_buf = kb.buf(1);
     kb.nest(&[rows], &accesses, None, |kb, p, _| {
-        let ss = fold(kb, &[hidden], p[0].addr, vec![1], -0.0, |kb, s, v| {
-            let sq = kb.b.ins().fmul(v, v);
-            Ok(kb.b.ins().fadd(s, sq))
+        rms_row(kb, p[0].addr, w_buf, p[1].addr, hidden, op.eps, op.offset)
+    })
+}
+
+/// `y = x · 1/sqrt(mean(x²) + eps) · (w + offset)` over one row of
+/// `hidden` contiguous `f32`, in the reference's order.
+fn rms_row(
+    kb: &mut KernelBuilder,
+    x: Value,
+    w_buf: Value,
+    y: Value,
+    hidden: usize,
+    eps: f32,
+    offset: f32,
+) -> Result<(), CpuError> {
+    let ss = fold(kb, &[hidden], x, vec![1], -0.0, |kb, s, v| {
+        let sq = kb.b.ins().fmul(v, v);
+        Ok(kb.b.ins().fadd(s, sq))
+    })?;
+    let nf = kb.b.ins().f32const(hidden as f32);
+    let ms = kb.b.ins().fdiv(ss, nf);
+    let e = kb.b.ins().f32const(eps);
+    let me = kb.b.ins().fadd(ms, e);
+    let sd = kb.b.ins().sqrt(me);
+    let one = kb.b.ins().f32const(1.0);
+    let inv = kb.b.ins().fdiv(one, sd);
+    let inner = [acc(x, vec![1]), acc(w_buf, vec![1]), acc(y, vec![1])];
+    kb.nest(&[hidden], &inner, Some(4), |kb, q, w| {
+        let v = kb.load(types::F32, q[0], w);
+        let i = splat(kb, inv, w);
+        let xi = kb.b.ins().fmul(v, i);
+        let wk = kb.load(types::F32, q[1], w);
+        let off = kb.f32c(offset, w);
+        let ws = kb.b.ins().fadd(wk, off);
+        let y = kb.b.ins().fmul(xi, ws);
+        kb.store(y, q[2]);
+        Ok(())
+    })
+}
+
+/// `s = x + r` over one row of `n` contiguous `f32`.
+fn add_row(kb: &mut KernelBuilder, x: Value, r: Value, s: Value, n: usize) -> Result<(), CpuError> {
+    let accesses = [acc(x, vec![1]), acc(r, vec![1]), acc(s, vec![1])];
+    kb.nest(&[n], &accesses, Some(4), |kb, q, w| {
+        let a = kb.load(types::F32, q[0], w);
+        let b = kb.load(types::F32, q[1], w);
+        let v = kb.b.ins().fadd(a, b);
+        kb.store(v, q[2]);
+        Ok(())
+    })
+}
+
+/// The rows and hidden size of an add+norm's operand, and the nest
+/// accesses of `x`, `r` and the two results (`[x, r, s, y]` row pointers).
+fn add_norm_rows(kb: &mut KernelBuilder, sig: &NodeSig) -> (usize, usize, [Access; 4]) {
+    let shape = &sig.inputs[0].shape;
+    let hidden = *shape.last().expect("rank >= 1");
+    let rows: usize = shape[..shape.len() - 1].iter().product();
+    let h = hidden as i64;
+    let n_in = sig.inputs.len();
+    let accesses = [
+        acc(kb.buf(0), vec![h]),
+        acc(kb.buf(1), vec![h]),
+        acc(kb.buf(n_in), vec![h]),
+        acc(kb.buf(n_in + 1), vec![h]),
+    ];
+    (rows, hidden, accesses)
+}
+
+/// `add_rms_norm`: per row, the sum `s = x + r` is written, then
+/// normalised from the written (rounded) values, as the reference does.
+pub fn add_rms_norm(
+    kb: &mut KernelBuilder,
+    op: &AddRmsNorm,
+    sig: &NodeSig,
+) -> Result<(), CpuError> {
+    f32_only("add_rms_norm", sig)?;
+    let (rows, hidden, accesses) = add_norm_rows(kb, sig);
+    let w_buf = kb.buf(2);
+    kb.nest(&[rows], &accesses, None, |kb, p, _| {
+        add_row(kb, p[0].addr, p[1].addr, p[2].addr, hidden)?;
+        rms_row(kb, p[2].addr, w_buf, p[3].addr, hidden, op.eps, op.offset)
+    })
+}
+
+/// `add_layer_norm`: per row, `s = x + r`, then the layer norm of `s` over
+/// the row (mean, biased variance, `(s - mean) · inv · w + b`) in the
+/// reference's order.
+pub fn add_layer_norm(
+    kb: &mut KernelBuilder,
+    op: &AddLayerNorm,
+    sig: &NodeSig,
+) -> Result<(), CpuError> {
+    f32_only("add_layer_norm", sig)?;
+    let (rows, hidden, accesses) = add_norm_rows(kb, sig);
+    let w_buf = kb.buf(2);
+    let b_buf = (sig.inputs.len() == 4).then(|| kb.buf(3));
+    let eps = op.eps;
+    kb.nest(&[rows], &accesses, None, |kb, p, _| {
+        let (s, y) = (p[2].addr, p[3].addr);
+        add_row(kb, p[0].addr, p[1].addr, s, hidden)?;
+        let sum = fold(kb, &[hidden], s, vec![1], -0.0, |kb, a, v| {
+            Ok(kb.b.ins().fadd(a, v))
         })?;
         let nf = kb.b.ins().f32const(hidden as f32);
-        let ms = kb.b.ins().fdiv(ss, nf);
+        let mean = kb.b.ins().fdiv(sum, nf);
+        let q = fold(kb, &[hidden], s, vec![1], -0.0, |kb, a, v| {
+            let d = kb.b.ins().fsub(v, mean);
+            let d2 = kb.b.ins().fmul(d, d);
+            Ok(kb.b.ins().fadd(a, d2))
+        })?;
+        let var = kb.b.ins().fdiv(q, nf);
         let e = kb.b.ins().f32const(eps);
-        let me = kb.b.ins().fadd(ms, e);
-        let sd = kb.b.ins().sqrt(me);
+        let ve = kb.b.ins().fadd(var, e);
+        let sd = kb.b.ins().sqrt(ve);
         let one = kb.b.ins().f32const(1.0);
         let inv = kb.b.ins().fdiv(one, sd);
-        let inner = [
-            acc(p[0].addr, vec![1]),
-            acc(w_buf, vec![1]),
-            acc(p[1].addr, vec![1]),
-        ];
+        let mut inner = vec![acc(s, vec![1]), acc(w_buf, vec![1]), acc(y, vec![1])];
+        if let Some(b) = b_buf {
+            inner.push(acc(b, vec![1]));
+        }
         kb.nest(&[hidden], &inner, Some(4), |kb, q, w| {
             let v = kb.load(types::F32, q[0], w);
-            let i = splat(kb, inv, w);
-            let xi = kb.b.ins().fmul(v, i);
-            let wk = kb.load(types::F32, q[1], w);
-            let off = kb.f32c(offset, w);
-            let ws = kb.b.ins().fadd(wk, off);
-            let y = kb.b.ins().fmul(xi, ws);
-            kb.store(y, Ptr { ..q[2] });
+            let (m, i) = (splat(kb, mean, w), splat(kb, inv, w));
+            let d = kb.b.ins().fsub(v, m);
+            let mut out = kb.b.ins().fmul(d, i);
+            let sc = kb.load(types::F32, q[1], w);
+            out = kb.b.ins().fmul(out, sc);
+            // The reference adds the bias, or 0.0 without one.
+            let b = match q.get(3) {
+                Some(&bp) => kb.load(types::F32, bp, w),
+                None => kb.f32c(0.0, w),
+            };
+            out = kb.b.ins().fadd(out, b);
+            kb.store(out, q[2]);
+            Ok(())
+        })
+    })
+}
+
+/// `cum_sum` on `f32`, `i64` or `i32`: for every position off the axis, a
+/// sequential scan along it (forwards or backwards, inclusive or
+/// exclusive) from zero, in the reference's order; integers wrap.
+pub fn cum_sum(kb: &mut KernelBuilder, op: &CumSum, sig: &NodeSig) -> Result<(), CpuError> {
+    let dt = sig.inputs[0].dtype;
+    let ty = match dt {
+        DType::F32 => types::F32,
+        DType::I64 => types::I64,
+        DType::I32 => types::I32,
+        d => return Err(unsupported("cum_sum", format!("on {d}"))),
+    };
+    let shape = &sig.inputs[0].shape;
+    let a = norm_axis(op.axis, shape.len()).map_err(|e| unsupported("cum_sum", e.0))?;
+    let st = row_major(shape);
+    let n = shape[a];
+    let eb = sig.inputs[0].elem_bytes();
+    let outer: Vec<usize> = (0..shape.len())
+        .filter(|&i| i != a)
+        .map(|i| shape[i])
+        .collect();
+    let ost: Vec<i64> = (0..shape.len())
+        .filter(|&i| i != a)
+        .map(|i| st[i])
+        .collect();
+    let access = |base| Access {
+        base,
+        strides: ost.clone(),
+        elem_bytes: eb,
+    };
+    let accesses = [access(kb.buf(0)), access(kb.buf(1))];
+    let (step, reverse, exclusive) = (st[a] * eb, op.reverse, op.exclusive);
+    kb.nest(&outer, &accesses, None, |kb, p, _| {
+        let var = kb.b.declare_var(ty);
+        let zero = if ty == types::F32 {
+            kb.b.ins().f32const(0.0)
+        } else {
+            kb.b.ins().iconst(ty, 0)
+        };
+        kb.b.def_var(var, zero);
+        // Backwards: start at the last element and step down.
+        let (x0, y0, by) = if reverse {
+            let last = (n as i64 - 1) * step;
+            (
+                kb.offset(p[0].addr, last),
+                kb.offset(p[1].addr, last),
+                -step,
+            )
+        } else {
+            (p[0].addr, p[1].addr, step)
+        };
+        kb.for_n(n, |kb, i| {
+            let xp = kb.index(x0, i, by);
+            let yp = kb.index(y0, i, by);
+            let x = kb.load(
+                ty,
+                Ptr {
+                    addr: xp,
+                    splat: false,
+                },
+                Width::Scalar,
+            );
+            let a = kb.b.use_var(var);
+            let next = if ty == types::F32 {
+                kb.b.ins().fadd(a, x)
+            } else {
+                kb.b.ins().iadd(a, x)
+            };
+            kb.b.def_var(var, next);
+            let out = if exclusive { a } else { next };
+            kb.store(
+                out,
+                Ptr {
+                    addr: yp,
+                    splat: false,
+                },
+            );
             Ok(())
         })
     })

@@ -6,6 +6,9 @@
 //!   `x/1`, `and(x, true)`, `or(x, false)`, `not(not(x))`,
 //!   `where(c, x, x)`;
 //! - chains: two transposes compose, a reshape of a reshape reshapes once;
+//! - a `slice` whose steps are all 1 drops its steps operand (the dynamo
+//!   exporter writes them, the TorchScript one leaves them out for
+//!   `chunk`), so fusion patterns match one form;
 //! - `x · reciprocal(y)` ⇄ `x / y`, `x / c` → `x · (1/c)` for a constant
 //!   scalar `c`, `pow(x, 2)` → `x · x`;
 //! - constants: a constant operand of `mul`/`add`/`and` goes right; a
@@ -42,6 +45,7 @@ pub fn rules() -> Vec<Rewrite> {
         rw!("where-same-branches"; "(where ?c ?x ?x)"                     => "?x" if keeps_type("?x")),
         rw!("transpose-transpose"; "(transpose ?q (transpose ?p ?x))"     => { compose_transposes() }),
         rw!("reshape-reshape";     "(reshape ?z (reshape ?y ?x ?s) ?t)"   => "(reshape ?z ?x ?t)" if no_zero_dims("?t")),
+        rw!("slice-unit-steps";    "(slice ?x ?b ?e ?a ?st)"              => "(slice ?x ?b ?e ?a)" if unit_steps("?st")),
         rw!("mul-reciprocal";      "(mul ?x (reciprocal ?y))"             => "(div ?x ?y)"),
         rw!("div-to-reciprocal";   "(div ?x ?y)"                          => "(mul ?x (reciprocal ?y))" if is_float("?y")),
         rw!("div-constant";        "(div ?x ?c)"                          => { mul_by_reciprocal() } if is_scalar("?c")),
@@ -71,6 +75,12 @@ fn identity_perm(p: &str) -> impl Fn(&mut EGraph, Id, &Subst) -> bool {
     move |eg, _, s| {
         attr_ints(eg, s[p]).is_some_and(|p| p.iter().enumerate().all(|(i, &a)| a == i as i64))
     }
+}
+
+/// Condition: the slice steps `?st` are known and all 1.
+fn unit_steps(st: &str) -> impl Fn(&mut EGraph, Id, &Subst) -> bool {
+    let st = var(st);
+    move |eg, _, s| super::ints(eg, s[st]).is_some_and(|v| v.iter().all(|d| *d == Some(1)))
 }
 
 /// Condition: the reshape target `?t` is known and has no 0 (whose meaning
@@ -165,6 +175,21 @@ mod tests {
             "(or (cast bool %x) (constant bool[]=false))",
             "(cast bool %x)",
         );
+    }
+
+    #[test]
+    fn unit_slice_steps_are_dropped() {
+        let r = rules();
+        let c = |v: i64| format!("(constant i64[1]={v})");
+        let (b, e, a) = (c(0), c(8), c(-1));
+        assert_rewrites(
+            &r,
+            X,
+            &format!("(slice %x {b} {e} {a} {})", c(1)),
+            &format!("(slice %x {b} {e} {a})"),
+        );
+        let strided = format!("(slice %x {b} {e} {a} {})", c(2));
+        assert_rewrites(&r, X, &strided, &strided);
     }
 
     #[test]

@@ -97,6 +97,61 @@ mod tests {
         assert_rewrites(&fusion(), X, &e, &kept);
     }
 
+    const AR: &str = "(range (constant i64[]=0) (constant i64[]=seq) (constant i64[]=1))";
+
+    /// The TorchScript exporter's form: positions flattened to `[seq, 1]`
+    /// and read with `gather` at the key and query indices, reshaped back.
+    fn gathered(at_axes: &str, shape: &str) -> String {
+        let flat = format!("(reshape false (unsqueeze (list 0) {AR}) (constant i64[2]=[seq,1]))");
+        format!(
+            "(reshape false (gather 0 {flat} (unsqueeze {at_axes} {AR})) (constant i64[4]={shape}))"
+        )
+    }
+
+    #[test]
+    fn flatten_and_gather_as_torchscript_exports_them_is_causal() {
+        let keep = format!(
+            "(less_or_equal {} {})",
+            gathered("(list 0 1 2)", "[1,1,1,seq]"),
+            gathered("(list 0 1 3)", "[1,1,seq,1]")
+        );
+        assert_rewrites(
+            &fusion(),
+            X,
+            &attention(&keep),
+            "(attention 4 0.25 true 0 0.0 %q %k %v)",
+        );
+    }
+
+    /// Row `idx[i]` of the `[seq, seq]` causal table, as `[1, 1, seq, seq]`.
+    fn rows_of_causal_table(idx: &str) -> String {
+        let table = format!("(less_or_equal (unsqueeze (list 0) {AR}) (unsqueeze (list 1) {AR}))");
+        format!("(unsqueeze (list 0 1) (gather 0 {table} {idx}))")
+    }
+
+    #[test]
+    fn gathered_rows_keep_their_own_guards() {
+        // Row i of the table is causal; row seq-1-i is not, although every
+        // row of the table is a causal row somewhere.
+        assert_rewrites(
+            &fusion(),
+            X,
+            &attention(&rows_of_causal_table(AR)),
+            "(attention 4 0.25 true 0 0.0 %q %k %v)",
+        );
+        let reversed = format!("(sub (constant i64[]=seq) (add {AR} (constant i64[]=1)))");
+        let e = attention(&rows_of_causal_table(&reversed));
+        assert_rewrites(&fusion(), X, &e, &e);
+    }
+
+    #[test]
+    fn a_gather_that_may_wrap_around_proves_nothing() {
+        // Index -1 (the last row) at query 0: not provably in range.
+        let shifted = format!("(sub {AR} (constant i64[]=1))");
+        let e = attention(&rows_of_causal_table(&shifted));
+        assert_rewrites(&fusion(), X, &e, &e);
+    }
+
     #[test]
     fn a_strict_triangle_is_not_causal() {
         let strict = KEEP.replace("less_or_equal", "less");

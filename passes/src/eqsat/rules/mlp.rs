@@ -1,7 +1,9 @@
 //! Gated MLPs: SwiGLU `silu(x @ w_gate) · (x @ w_up)` with
 //! `silu(g) = g · sigmoid(g)`, GeGLU with a fused `gelu` gate, either
 //! product order, and Phi-3's fused `gate_up` projection split in two
-//! halves (`split` or two `slice`s of one `matmul`).
+//! halves (`split` or two `slice`s of one `matmul`; unit steps are
+//! canonicalized away, so the dynamo exporter's slices with steps and the
+//! TorchScript exporter's without both match).
 
 use egg::{rewrite as rw, Id, Subst};
 use slmcc_ir::ops::gelu::GeluApprox;
@@ -19,7 +21,7 @@ const SPLIT: &str = "(split ?axis ?sizes (matmul ?x ?w))";
 pub fn rules() -> Vec<Rewrite> {
     let p = |s: String| s.parse::<egg::Pattern<crate::eqsat::Lang>>().unwrap();
     let silu_half = |k: usize, of: &str| format!("(mul (get {k} {of}) (sigmoid (get {k} {of})))");
-    let slice = |lo: &str, hi: &str| format!("(slice (matmul ?x ?w) {lo} {hi} ?axes ?steps)");
+    let slice = |lo: &str, hi: &str| format!("(slice (matmul ?x ?w) {lo} {hi} ?axes)");
     let (gate_slice, up_slice) = (slice("?g0", "?g1"), slice("?u0", "?u1"));
     vec![
         rw!("silu-order";        "(mul (sigmoid ?g) ?g)"                   => "(mul ?g (sigmoid ?g))"),
@@ -59,7 +61,8 @@ fn glu(gelu: Option<&'static str>) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> 
 }
 
 /// The halves of `x @ w` along its last axis → `swiglu(x, w)`, read from a
-/// `split` into two equal sizes or from `[0, n)` and `[n, 2n)` slices.
+/// `split` into two equal sizes or from `[0, n)` and `[n, 2n)` unit-step
+/// slices.
 fn fused_glu(slices: bool) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
     Build(move |eg: &mut EGraph, _: Id, s: &Subst| {
         let (x, w) = (s[var("?x")], s[var("?w")]);
@@ -71,7 +74,6 @@ fn fused_glu(slices: bool) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<I
             let axis_last = one("?axes").is_some_and(|a| is_last_axis(a, rank));
             let n = half.as_fixed();
             axis_last
-                && one("?steps") == Some(1)
                 && one("?g0") == Some(0)
                 && n.is_some()
                 && one("?g1") == n
@@ -132,6 +134,17 @@ mod tests {
         };
         let (g, u) = (sl(0, 176), sl(176, 352));
         let e = format!("(mul (mul {g} (sigmoid {g})) {u})");
+        assert_rewrites(&fusion(), X, &e, "(swiglu %x @w)");
+    }
+
+    #[test]
+    fn fused_gate_up_slices_without_steps_up_first() {
+        // TorchScript's `chunk(2, -1)`: slices with no steps operand, and
+        // Phi-3's `up_states * act(gate)`.
+        let c = |v: i64| format!("(constant i64[1]={v})");
+        let sl = |lo: i64, hi: i64| format!("(slice (matmul %x @w) {} {} {})", c(lo), c(hi), c(-1));
+        let (g, u) = (sl(0, 176), sl(176, 352));
+        let e = format!("(mul {u} (mul {g} (sigmoid {g})))");
         assert_rewrites(&fusion(), X, &e, "(swiglu %x @w)");
     }
 

@@ -1,6 +1,7 @@
 //! Rotary embeddings: HF's `x·cos + rotate_half(x)·sin`, `rotate_half(x)`
 //! being `concat(−x[..., h:], x[..., :h])` with `h = d/2` written as two
-//! `slice`s, a `neg` and a `concat` over the last axis; and partial rotary
+//! `slice`s (unit steps, canonicalized to none), a `neg` and a `concat`
+//! over the last axis; and partial rotary
 //! (`concat(rope(x[..., :r]), x[..., r:])`) folded into `rotary_dim = r`.
 
 use egg::{rewrite as rw, Id, Subst};
@@ -13,9 +14,9 @@ use crate::eqsat::runner::Rewrite;
 #[rustfmt::skip]
 pub fn rules() -> Vec<Rewrite> {
     vec![
-        rw!("rope";         "(add (mul ?x ?cos) (mul (concat ?ax (neg (slice ?x ?h0 ?h1 ?a1 ?s1)) (slice ?x ?z0 ?z1 ?a0 ?s0)) ?sin))"
+        rw!("rope";         "(add (mul ?x ?cos) (mul (concat ?ax (neg (slice ?x ?h0 ?h1 ?a1)) (slice ?x ?z0 ?z1 ?a0)) ?sin))"
             => { rope() }),
-        rw!("rope-partial"; "(concat ?ax (rope ?r ?i (slice ?x ?z0 ?z1 ?a0 ?s0) ?cos ?sin) (slice ?x ?p0 ?p1 ?a1 ?s1))"
+        rw!("rope-partial"; "(concat ?ax (rope ?r ?i (slice ?x ?z0 ?z1 ?a0) ?cos ?sin) (slice ?x ?p0 ?p1 ?a1))"
             => { partial_rope() }),
     ]
 }
@@ -24,19 +25,19 @@ fn one(eg: &EGraph, s: &Subst, v: &str) -> Option<i64> {
     known_int(eg, s[var(v)])
 }
 
-/// The last-axis, unit-step slice `[?lo, ?hi)` of `?x` (ends past `d`
-/// clamp to `d`), as `(lo, hi)`.
+/// The last-axis slice `[?lo, ?hi)` of `?x` (ends past `d` clamp to
+/// `d`), as `(lo, hi)`; the pattern has no steps operand, so the steps are
+/// 1 (`slice-unit-steps` drops unit steps).
 fn last_axis_slice(
     eg: &EGraph,
     s: &Subst,
     lo: &str,
     hi: &str,
     axis: &str,
-    step: &str,
     d: i64,
 ) -> Option<(i64, i64)> {
     let rank = ty(eg, s[var("?x")])?.rank();
-    if !is_last_axis(one(eg, s, axis)?, rank) || one(eg, s, step)? != 1 {
+    if !is_last_axis(one(eg, s, axis)?, rank) {
         return None;
     }
     let clamp = |v: i64| if v < 0 { (v + d).max(0) } else { v.min(d) };
@@ -57,8 +58,8 @@ fn concat_last(eg: &EGraph, s: &Subst) -> bool {
 fn rope() -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
     Build(|eg: &mut EGraph, _: Id, s: &Subst| {
         let d = head_dim(eg, s)?;
-        let upper = last_axis_slice(eg, s, "?h0", "?h1", "?a1", "?s1", d)?;
-        let lower = last_axis_slice(eg, s, "?z0", "?z1", "?a0", "?s0", d)?;
+        let upper = last_axis_slice(eg, s, "?h0", "?h1", "?a1", d)?;
+        let lower = last_axis_slice(eg, s, "?z0", "?z1", "?a0", d)?;
         if !concat_last(eg, s) || d % 2 != 0 || upper != (d / 2, d) || lower != (0, d / 2) {
             return None;
         }
@@ -76,8 +77,8 @@ fn partial_rope() -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
         let d = head_dim(eg, s)?;
         let r = attr_ints(eg, s[var("?r")])?.first().copied()?;
         let interleaved = attr_bool(eg, s[var("?i")])?;
-        let rot = last_axis_slice(eg, s, "?z0", "?z1", "?a0", "?s0", d)?;
-        let pass = last_axis_slice(eg, s, "?p0", "?p1", "?a1", "?s1", d)?;
+        let rot = last_axis_slice(eg, s, "?z0", "?z1", "?a0", d)?;
+        let pass = last_axis_slice(eg, s, "?p0", "?p1", "?a1", d)?;
         if !concat_last(eg, s) || rot != (0, r) || pass != (r, d) {
             return None;
         }

@@ -1,0 +1,139 @@
+//! Single-threaded kernel throughput of the cpu backend on this host.
+//!
+//! ```sh
+//! cargo run --release -p slmcc-backends --example bench            # matmul shapes
+//! cargo run --release -p slmcc-backends --example bench -- all      # + attention, softmax, swiglu
+//! cargo run --release -p slmcc-backends --example bench -- all libm # transcendentals by libm calls
+//! cargo run --release -p slmcc-backends --example bench -- nofma    # separate multiply and add
+//! ```
+//!
+//! Each case is one node JIT-compiled for the host (weights as graph
+//! inputs here: the kernel reads them from a buffer either way), called
+//! directly through its function pointer on preallocated buffers, timed
+//! in 15 rounds of ~0.1 s each; the best round is printed (the one least
+//! disturbed by other load on the host).
+
+use std::time::Instant;
+
+use slmcc_backends::cpu::{CpuOptions, JitProgram};
+use slmcc_ir::ops::attention::Attention;
+use slmcc_ir::ops::glu::Glu;
+use slmcc_ir::ops::matmul::MatMul;
+use slmcc_ir::ops::softmax::Softmax;
+use slmcc_ir::ops::{static_dims, Fact};
+use slmcc_ir::{DType, Graph, Op, OpDef, TensorType};
+
+/// A one-node graph over f32 inputs of `shapes`.
+fn graph(op: Op, shapes: &[Vec<usize>]) -> Graph {
+    let mut g = Graph::new("main");
+    let mut ids = Vec::new();
+    let mut facts = Vec::new();
+    for (i, s) in shapes.iter().enumerate() {
+        let ty = TensorType::new(DType::F32, static_dims(s));
+        ids.push(g.add_input(format!("x{i}"), ty.clone()).unwrap());
+        facts.push(Fact::new(ty));
+    }
+    let refs: Vec<&Fact> = facts.iter().collect();
+    let results = op.infer(&refs).unwrap();
+    let named = results
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (format!("y{i}"), f.ty.clone()))
+        .collect();
+    g.outputs = g.add_node(op, ids, named).unwrap();
+    g
+}
+
+/// Seconds per call of the node's kernel (best of 15 rounds).
+fn time(op: Op, shapes: &[Vec<usize>], options: &CpuOptions) -> f64 {
+    let g = graph(op, shapes);
+    let prog = JitProgram::compile(&g, options).unwrap();
+    let kernel = &prog.kernels[0];
+    let mut bufs: Vec<Vec<f32>> = kernel
+        .spec
+        .buffers
+        .iter()
+        .map(|&v| {
+            let n: usize = g.ty(v).shape.as_fixed().unwrap().iter().product();
+            (0..n)
+                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+                .collect()
+        })
+        .collect();
+    let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+    // SAFETY: the kernel was compiled for exactly these buffer sizes.
+    let call = || assert_eq!(unsafe { (kernel.func)(ptrs.as_ptr()) }, 0);
+    call();
+    let start = Instant::now();
+    let mut reps = 0usize;
+    while start.elapsed().as_secs_f64() < 0.1 {
+        call();
+        reps += 1;
+    }
+    let reps = reps.max(1);
+    let mut best = f64::INFINITY;
+    for _ in 0..15 {
+        let t = Instant::now();
+        for _ in 0..reps {
+            call();
+        }
+        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    best
+}
+
+fn main() {
+    let all = std::env::args().any(|a| a == "all");
+    let options = CpuOptions {
+        fast_math: !std::env::args().any(|a| a == "libm"),
+        fma: !std::env::args().any(|a| a == "nofma"),
+    };
+    println!("single-threaded, best of 15 rounds, {options:?}");
+    for (m, k, n) in [(128, 512, 1408), (32, 512, 512), (1, 512, 8000)] {
+        let s = time(Op::MatMul(MatMul), &[vec![m, k], vec![k, n]], &options);
+        let gflops = 2.0 * (m * k * n) as f64 / s / 1e9;
+        println!(
+            "matmul {m}x{k}x{n}: {:9.1} us  {gflops:6.2} GFLOP/s",
+            s * 1e6
+        );
+    }
+    if !all {
+        return;
+    }
+    let (m, k, n) = (128, 512, 1408);
+    let s = time(
+        Op::Glu(Glu::swiglu()),
+        &[vec![m, k], vec![k, n], vec![k, n]],
+        &options,
+    );
+    let gflops = 4.0 * (m * k * n) as f64 / s / 1e9;
+    println!(
+        "swiglu {m}x{k}x{n}: {:9.1} us  {gflops:6.2} GFLOP/s",
+        s * 1e6
+    );
+    let s = time(
+        Op::Softmax(Softmax { axis: -1 }),
+        &[vec![8, 128, 128]],
+        &options,
+    );
+    println!("softmax [8, 128, 128]: {:9.1} us", s * 1e6);
+    for (s_len, causal) in [(128, true), (1, false)] {
+        let t_len = 128;
+        let op = Attention {
+            causal,
+            ..Attention::new(2, 0.125)
+        };
+        let shapes = [
+            vec![1, 8, s_len, 64],
+            vec![1, 2, t_len, 64],
+            vec![1, 2, t_len, 64],
+        ];
+        let s = time(Op::Attention(op), &shapes, &options);
+        let flops = 4.0 * (8 * s_len * t_len * 64) as f64;
+        println!(
+            "attention q[1,8,{s_len},64] kv[1,2,{t_len},64] causal={causal}: {:9.1} us  {:6.2} GFLOP/s (dense count)",
+            s * 1e6,
+            flops / s / 1e9
+        );
+    }
+}

@@ -1,0 +1,527 @@
+//! `attention` (`f32`): grouped-query attention with the causal /
+//! sliding-window key range, soft-capping and an optional float (additive)
+//! or bool (keep) mask, as `slmcc_ir::ops::attention` defines it.
+//!
+//! One query row at a time (loops over batch, KV head, query head of the
+//! group, query position), so query head `h` reads KV head `h / group`
+//! without copying K or V. For a row, the causal and window masks become
+//! the key range `[lo, hi)` (`hi = min(t, i + (t - s) + 1)`, `lo = hi -
+//! window` clamped at 0): keys outside it are never visited, which is what
+//! their `-inf` score amounts to in the reference. The keys are processed
+//! in tiles of [`TILE`]: one tile's scores live in a stack buffer of
+//! `min(t, TILE)` `f32` (at most 2 KiB), the only scratch the kernel uses;
+//! nothing is allocated.
+//!
+//! - `t <= TILE` (one tile, always the case for the test models): the
+//!   reference's order exactly — scores, their maximum, `e_j = exp(s_j -
+//!   max)` and their sum, `p_j = e_j / sum`, then `out = Σ_j p_j · v_j`
+//!   accumulated over `j` in order from zero. With `CpuOptions::exact()`
+//!   the result is bit-exact with the reference evaluation.
+//! - `t > TILE`: an online softmax over the tiles: a running maximum `M`
+//!   and sum `L`; a tile that raises the maximum rescales `L` and the
+//!   accumulated output row by `exp(M_old - M_new)`; the row is divided by
+//!   `L` at the end. Within ~1e-6 relative of the reference.
+//!
+//! A row whose every key is masked (empty range, or every score `-inf`)
+//! is zeros, as in the reference. Under `fast_math` the dot products run in
+//! `f32x4` partial sums, `exp` is the vector polynomial and the sums use
+//! vector partial sums; `out += p · v` runs in `f32x4` vectors over the
+//! value channels, blocked so the accumulators stay in registers.
+
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::Variable;
+use slmcc_ir::ops::attention::Attention;
+use slmcc_ir::DType;
+
+use super::{unsupported, NodeSig};
+use crate::cpu::emit::{broadcast_strides, KernelBuilder, Ptr, Width};
+use crate::cpu::math::MathFn;
+use crate::cpu::vmath;
+use crate::cpu::CpuError;
+
+/// Keys per tile: the scores of one tile of one query row are on the stack.
+pub const TILE: usize = 512;
+
+/// Vectors of output channels accumulated in registers at once.
+const PV_BLOCK: usize = 4;
+
+fn ptr(addr: Value) -> Ptr {
+    Ptr { addr, splat: false }
+}
+
+/// Runs `body(j, w)` for `j` in `0..len` (a run-time length): `f32x4`
+/// steps then a scalar tail when `vector`, else scalar steps in order.
+fn each(
+    kb: &mut KernelBuilder,
+    len: Value,
+    vector: bool,
+    mut body: impl FnMut(&mut KernelBuilder, Value, Width) -> Result<(), CpuError>,
+) -> Result<(), CpuError> {
+    let zero = kb.iconst(0);
+    if !vector {
+        return kb.for_range(zero, len, 1, |kb, j| body(kb, j, Width::Scalar));
+    }
+    let nv = kb.b.ins().band_imm_s(len, !3);
+    kb.for_range(zero, nv, 4, |kb, j| body(kb, j, Width::Vector(4)))?;
+    kb.for_range(nv, len, 1, |kb, j| body(kb, j, Width::Scalar))
+}
+
+/// A scalar and an `f32x4` accumulator, for [`each`] loops.
+struct Acc {
+    s: Variable,
+    v: Variable,
+}
+
+impl Acc {
+    fn new(kb: &mut KernelBuilder, init: f32) -> Acc {
+        let s = kb.b.declare_var(types::F32);
+        let v = kb.b.declare_var(types::F32X4);
+        let a = kb.f32c(init, Width::Scalar);
+        kb.b.def_var(s, a);
+        let a = kb.f32c(init, Width::Vector(4));
+        kb.b.def_var(v, a);
+        Acc { s, v }
+    }
+
+    fn var(&self, w: Width) -> Variable {
+        match w {
+            Width::Scalar => self.s,
+            Width::Vector(_) => self.v,
+        }
+    }
+}
+
+/// The maximum of `len` scores at `buf` (NaN skipped, `-inf` when empty).
+fn dyn_max(kb: &mut KernelBuilder, buf: Value, len: Value) -> Result<Value, CpuError> {
+    let fast = kb.fast_math;
+    let acc = Acc::new(kb, f32::NEG_INFINITY);
+    each(kb, len, fast, |kb, j, w| {
+        let p = kb.index(buf, j, 4);
+        let x = kb.load(types::F32, ptr(p), w);
+        let var = acc.var(w);
+        let m = kb.b.use_var(var);
+        let m = vmath::max_skip_nan(kb, x, m, w);
+        kb.b.def_var(var, m);
+        Ok(())
+    })?;
+    let s = kb.b.use_var(acc.s);
+    if !fast {
+        return Ok(s);
+    }
+    let v = kb.b.use_var(acc.v);
+    let h = vmath::hmax(kb, v);
+    Ok(vmath::max_skip_nan(kb, s, h, Width::Scalar))
+}
+
+/// Replaces the `len` scores at `buf` by `exp(s - max)`; returns their sum
+/// from `+0.0` (sequential, or vector partial sums under `fast_math`).
+fn dyn_exp_sum(
+    kb: &mut KernelBuilder,
+    buf: Value,
+    len: Value,
+    max: Value,
+) -> Result<Value, CpuError> {
+    let fast = kb.fast_math;
+    let acc = Acc::new(kb, 0.0);
+    each(kb, len, fast, |kb, j, w| {
+        let p = kb.index(buf, j, 4);
+        let p = ptr(p);
+        let x = kb.load(types::F32, p, w);
+        let m = kb.splat(max, w);
+        let d = kb.b.ins().fsub(x, m);
+        let e = kb.exp(d, w)?;
+        kb.store(e, p);
+        let var = acc.var(w);
+        let s = kb.b.use_var(var);
+        let s = kb.b.ins().fadd(s, e);
+        kb.b.def_var(var, s);
+        Ok(())
+    })?;
+    let s = kb.b.use_var(acc.s);
+    if !fast {
+        return Ok(s);
+    }
+    let v = kb.b.use_var(acc.v);
+    let h = vmath::hsum(kb, v);
+    Ok(kb.b.ins().fadd(h, s))
+}
+
+/// The static description of one attention node.
+struct Plan {
+    op: Attention,
+    group: usize,
+    s: usize,
+    t: usize,
+    d: usize,
+    dv: usize,
+    /// The mask: bool or not, and its strides over `[b, hq, s, t]`.
+    mask: Option<(bool, Vec<i64>)>,
+}
+
+impl Plan {
+    /// The column groups of an output row: blocks of up to [`PV_BLOCK`]
+    /// `(first channel, width)` items, vectors first, then scalars.
+    fn pv_blocks(&self) -> Vec<Vec<(usize, Width)>> {
+        let mut items: Vec<(usize, Width)> = (0..self.dv / 4)
+            .map(|c| (4 * c, Width::Vector(4)))
+            .collect();
+        items.extend((self.dv / 4 * 4..self.dv).map(|c| (c, Width::Scalar)));
+        items.chunks(PV_BLOCK).map(<[_]>::to_vec).collect()
+    }
+}
+
+/// Pointers of one query row.
+#[derive(Clone, Copy)]
+struct Row {
+    q: Value,
+    k: Value,
+    v: Value,
+    out: Value,
+    mask: Option<Value>,
+    /// The query position `i`.
+    i: Value,
+}
+
+pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Result<(), CpuError> {
+    let q = &sig.inputs[0];
+    if q.dtype != DType::F32 {
+        return Err(unsupported("attention", format!("on {}", q.dtype)));
+    }
+    let [b, hq, s, d] = q.shape[..] else {
+        return Err(unsupported("attention", "with q not of rank 4"));
+    };
+    let (hkv, t) = (sig.inputs[1].shape[1], sig.inputs[1].shape[2]);
+    let dv = sig.inputs[2].shape[3];
+    let mask = sig.inputs.get(3).map(|m| {
+        (
+            m.dtype == DType::Bool,
+            broadcast_strides(&m.shape, &[b, hq, s, t]),
+        )
+    });
+    let plan = Plan {
+        op: *op,
+        group: hq / hkv,
+        s,
+        t,
+        d,
+        dv,
+        mask,
+    };
+    let tile = t.min(TILE);
+    let buf = kb.stack_buf((tile * 4) as u32);
+    let (qb, kbuf, vb) = (kb.buf(0), kb.buf(1), kb.buf(2));
+    let mb = plan.mask.as_ref().map(|_| kb.buf(3));
+    let ob = kb.buf(sig.inputs.len());
+    let (group, hkv_i) = (plan.group as i64, hkv as i64);
+    let (s_i, t_i, d_i, dv_i) = (s as i64, t as i64, d as i64, dv as i64);
+    let mst = plan.mask.as_ref().map(|(bool_mask, st)| {
+        let eb = if *bool_mask { 1 } else { 4 };
+        st.iter().map(|x| x * eb).collect::<Vec<i64>>()
+    });
+    kb.for_n(b, |kb, n| {
+        kb.for_n(hkv, |kb, kvh| {
+            // Query head h = kvh · group + g.
+            let hn = kb.b.ins().imul_imm_s(n, hkv_i);
+            let hn = kb.b.ins().iadd(hn, kvh);
+            let k_head = kb.index(kbuf, hn, t_i * d_i * 4);
+            let v_head = kb.index(vb, hn, t_i * dv_i * 4);
+            kb.for_n(plan.group, |kb, g| {
+                let h = kb.b.ins().imul_imm_s(kvh, group);
+                let h = kb.b.ins().iadd(h, g);
+                let hq_i = hkv_i * group;
+                let nh = kb.b.ins().imul_imm_s(n, hq_i);
+                let nh = kb.b.ins().iadd(nh, h);
+                let q_head = kb.index(qb, nh, s_i * d_i * 4);
+                let o_head = kb.index(ob, nh, s_i * dv_i * 4);
+                let m_head = match (mb, &mst) {
+                    (Some(m), Some(st)) => {
+                        let a = kb.index(m, n, st[0]);
+                        Some(kb.index(a, h, st[1]))
+                    }
+                    _ => None,
+                };
+                kb.for_n(s, |kb, i| {
+                    let row = Row {
+                        q: kb.index(q_head, i, d_i * 4),
+                        k: k_head,
+                        v: v_head,
+                        out: kb.index(o_head, i, dv_i * 4),
+                        mask: match (m_head, &mst) {
+                            (Some(m), Some(st)) => Some(kb.index(m, i, st[2])),
+                            _ => None,
+                        },
+                        i,
+                    };
+                    attend_row(kb, &plan, row, buf, tile)
+                })
+            })
+        })
+    })
+}
+
+/// Writes the scores of keys `j0 .. j0 + len` of `row` to `buf`.
+fn scores(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    row: Row,
+    buf: Value,
+    j0: Value,
+    len: Value,
+) -> Result<(), CpuError> {
+    let d = plan.d;
+    let fast = kb.fast_math;
+    let zero = kb.iconst(0);
+    kb.for_range(zero, len, 1, |kb, jj| {
+        let j = kb.b.ins().iadd(j0, jj);
+        let krow = kb.index(row.k, j, (d * 4) as i64);
+        let dot = if fast {
+            dot_fast(kb, row.q, krow, d)
+        } else {
+            let var = kb.b.declare_var(types::F32);
+            let z = kb.b.ins().f32const(-0.0);
+            kb.b.def_var(var, z);
+            kb.for_n(d, |kb, c| {
+                let qx = kb.index(row.q, c, 4);
+                let a = kb.load(types::F32, ptr(qx), Width::Scalar);
+                let kx = kb.index(krow, c, 4);
+                let bv = kb.load(types::F32, ptr(kx), Width::Scalar);
+                let p = kb.b.ins().fmul(a, bv);
+                let acc = kb.b.use_var(var);
+                let acc = kb.b.ins().fadd(acc, p);
+                kb.b.def_var(var, acc);
+                Ok(())
+            })?;
+            kb.b.use_var(var)
+        };
+        let scale = kb.b.ins().f32const(plan.op.scale);
+        let mut x = kb.b.ins().fmul(scale, dot);
+        if plan.op.softcap > 0.0 {
+            let c = kb.b.ins().f32const(plan.op.softcap);
+            let y = kb.b.ins().fdiv(x, c);
+            let th = kb.math(MathFn::Tanh, &[y], Width::Scalar)?;
+            x = kb.b.ins().fmul(c, th);
+        }
+        if let (Some(m), Some((is_bool, st))) = (row.mask, &plan.mask) {
+            let eb = if *is_bool { 1 } else { 4 };
+            let mp = kb.index(m, j, st[3] * eb);
+            if *is_bool {
+                let keep = kb.load(types::I8, ptr(mp), Width::Scalar);
+                let keep = kb.b.ins().icmp_imm_s(IntCC::NotEqual, keep, 0);
+                let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
+                x = kb.b.ins().select(keep, x, ninf);
+            } else {
+                let a = kb.load(types::F32, ptr(mp), Width::Scalar);
+                x = kb.b.ins().fadd(x, a);
+            }
+        }
+        let at = kb.index(buf, jj, 4);
+        kb.store(x, ptr(at));
+        Ok(())
+    })
+}
+
+/// `q · k` over `d` channels in `f32x4` partial sums (two accumulators),
+/// then the scalar tail.
+fn dot_fast(kb: &mut KernelBuilder, q: Value, k: Value, d: usize) -> Value {
+    let w = Width::Vector(4);
+    let mut accs = [kb.f32c(0.0, w), kb.f32c(0.0, w)];
+    for c in 0..d / 4 {
+        let qa = kb.offset(q, (16 * c) as i64);
+        let ka = kb.offset(k, (16 * c) as i64);
+        let x = kb.load(types::F32, ptr(qa), w);
+        let y = kb.load(types::F32, ptr(ka), w);
+        let a = accs[c % 2];
+        accs[c % 2] = if kb.fma {
+            kb.b.ins().fma(x, y, a)
+        } else {
+            let p = kb.b.ins().fmul(x, y);
+            kb.b.ins().fadd(a, p)
+        };
+    }
+    let v = kb.b.ins().fadd(accs[0], accs[1]);
+    let mut sum = vmath::hsum(kb, v);
+    for c in d / 4 * 4..d {
+        let qa = kb.offset(q, (4 * c) as i64);
+        let ka = kb.offset(k, (4 * c) as i64);
+        let x = kb.load(types::F32, ptr(qa), Width::Scalar);
+        let y = kb.load(types::F32, ptr(ka), Width::Scalar);
+        let p = kb.b.ins().fmul(x, y);
+        sum = kb.b.ins().fadd(sum, p);
+    }
+    sum
+}
+
+/// `out[c] = out[c] · alpha + Σ_j buf[j] · v[j0 + j, c]` over `len` keys,
+/// in register blocks of output channels (`alpha = None`: the row starts
+/// from zero).
+fn accumulate_pv(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    row: Row,
+    buf: Value,
+    j0: Value,
+    len: Value,
+    alpha: Option<Value>,
+) -> Result<(), CpuError> {
+    let dv = plan.dv as i64;
+    let fast_fma = kb.fma;
+    for block in plan.pv_blocks() {
+        let vars: Vec<Variable> = block
+            .iter()
+            .map(|&(c, w)| {
+                let var = kb.b.declare_var(w.ty(types::F32));
+                let init = match alpha {
+                    None => kb.f32c(0.0, w),
+                    Some(a) => {
+                        let o = kb.offset(row.out, (4 * c) as i64);
+                        let o = kb.load(types::F32, ptr(o), w);
+                        let a = kb.splat(a, w);
+                        kb.b.ins().fmul(o, a)
+                    }
+                };
+                kb.b.def_var(var, init);
+                var
+            })
+            .collect();
+        let zero = kb.iconst(0);
+        kb.for_range(zero, len, 1, |kb, jj| {
+            let pa = kb.index(buf, jj, 4);
+            let p = kb.load(types::F32, ptr(pa), Width::Scalar);
+            let j = kb.b.ins().iadd(j0, jj);
+            let vrow = kb.index(row.v, j, dv * 4);
+            for (&(c, w), &var) in block.iter().zip(&vars) {
+                let va = kb.offset(vrow, (4 * c) as i64);
+                let x = kb.load(types::F32, ptr(va), w);
+                let ps = kb.splat(p, w);
+                let acc = kb.b.use_var(var);
+                let next = if fast_fma {
+                    kb.b.ins().fma(ps, x, acc)
+                } else {
+                    let m = kb.b.ins().fmul(ps, x);
+                    kb.b.ins().fadd(acc, m)
+                };
+                kb.b.def_var(var, next);
+            }
+            Ok(())
+        })?;
+        for (&(c, _), &var) in block.iter().zip(&vars) {
+            let o = kb.offset(row.out, (4 * c) as i64);
+            let v = kb.b.use_var(var);
+            kb.store(v, ptr(o));
+        }
+    }
+    Ok(())
+}
+
+/// Zeroes the output row.
+fn zero_row(kb: &mut KernelBuilder, plan: &Plan, out: Value) {
+    for (c, w) in plan.pv_blocks().into_iter().flatten() {
+        let z = kb.f32c(0.0, w);
+        let o = kb.offset(out, (4 * c) as i64);
+        kb.store(z, ptr(o));
+    }
+}
+
+/// The key range `[lo, hi)` of query `i`.
+fn key_range(kb: &mut KernelBuilder, plan: &Plan, i: Value) -> (Value, Value) {
+    let t = plan.t as i64;
+    if !plan.op.causal {
+        return (kb.iconst(0), kb.iconst(t));
+    }
+    // pos = i + (t - s); keys j <= pos, and j > pos - window.
+    let past = t - plan.s as i64;
+    let end = kb.b.ins().iadd_imm_s(i, past + 1);
+    let tc = kb.iconst(t);
+    let hi = kb.b.ins().smin(end, tc);
+    let zero = kb.iconst(0);
+    let hi = kb.b.ins().smax(hi, zero);
+    let lo = if plan.op.window > 0 {
+        let lo = kb.b.ins().iadd_imm_s(end, -plan.op.window);
+        kb.b.ins().smax(lo, zero)
+    } else {
+        zero
+    };
+    (lo, hi)
+}
+
+fn attend_row(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    row: Row,
+    buf: Value,
+    tile: usize,
+) -> Result<(), CpuError> {
+    zero_row(kb, plan, row.out);
+    let (lo, hi) = key_range(kb, plan, row.i);
+    if plan.t <= tile {
+        // One tile: the reference's order.
+        let len = kb.b.ins().isub(hi, lo);
+        let len = {
+            let zero = kb.iconst(0);
+            kb.b.ins().smax(len, zero)
+        };
+        scores(kb, plan, row, buf, lo, len)?;
+        let max = dyn_max(kb, buf, len)?;
+        let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
+        let any = kb.b.ins().fcmp(FloatCC::NotEqual, max, ninf);
+        return kb.if_then(any, |kb| {
+            let sum = dyn_exp_sum(kb, buf, len, max)?;
+            // p_j = e_j / sum, in place.
+            each(kb, len, true, |kb, j, w| {
+                let p = kb.index(buf, j, 4);
+                let p = ptr(p);
+                let e = kb.load(types::F32, p, w);
+                let sv = kb.splat(sum, w);
+                let r = kb.b.ins().fdiv(e, sv);
+                kb.store(r, p);
+                Ok(())
+            })?;
+            accumulate_pv(kb, plan, row, buf, lo, len, None)
+        });
+    }
+    // Online softmax over tiles of `tile` keys.
+    let m_var = kb.b.declare_var(types::F32);
+    let l_var = kb.b.declare_var(types::F32);
+    let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
+    let zero_f = kb.b.ins().f32const(0.0);
+    kb.b.def_var(m_var, ninf);
+    kb.b.def_var(l_var, zero_f);
+    kb.for_range(lo, hi, tile as i64, |kb, j0| {
+        let rest = kb.b.ins().isub(hi, j0);
+        let tc = kb.iconst(tile as i64);
+        let len = kb.b.ins().smin(rest, tc);
+        scores(kb, plan, row, buf, j0, len)?;
+        let mt = dyn_max(kb, buf, len)?;
+        let m_old = kb.b.use_var(m_var);
+        let m_new = vmath::max_skip_nan(kb, mt, m_old, Width::Scalar);
+        let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
+        let any = kb.b.ins().fcmp(FloatCC::NotEqual, m_new, ninf);
+        kb.if_then(any, |kb| {
+            let diff = kb.b.ins().fsub(m_old, m_new);
+            let alpha = kb.exp(diff, Width::Scalar)?;
+            let ls = dyn_exp_sum(kb, buf, len, m_new)?;
+            let l_old = kb.b.use_var(l_var);
+            let l = kb.b.ins().fmul(l_old, alpha);
+            let l = kb.b.ins().fadd(l, ls);
+            kb.b.def_var(l_var, l);
+            kb.b.def_var(m_var, m_new);
+            accumulate_pv(kb, plan, row, buf, j0, len, Some(alpha))
+        })
+    })?;
+    let m = kb.b.use_var(m_var);
+    let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
+    let any = kb.b.ins().fcmp(FloatCC::NotEqual, m, ninf);
+    kb.if_then(any, |kb| {
+        let l = kb.b.use_var(l_var);
+        for (c, w) in plan.pv_blocks().into_iter().flatten() {
+            let o = kb.offset(row.out, (4 * c) as i64);
+            let o = ptr(o);
+            let x = kb.load(types::F32, o, w);
+            let lv = kb.splat(l, w);
+            let y = kb.b.ins().fdiv(x, lv);
+            kb.store(y, o);
+        }
+        Ok(())
+    })
+}

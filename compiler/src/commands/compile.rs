@@ -1,0 +1,441 @@
+//! `slmcc compile`: a model into a deployable package (`.slmpkg`).
+//!
+//! Import, run the target's pipeline (fusion, bucket specialisation, memory
+//! planning), check that every node of every bucket lowers on the cpu
+//! backend (compiling it: JIT for the host, an aarch64 object for the
+//! board), then write the package ([`slmcc_runtime::package`]) through a
+//! temporary file renamed into place. Nothing in the package depends on
+//! when or where it was built: the same model and options give the same
+//! bytes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context};
+use prost::Message;
+use serde_json::json;
+use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
+use slmcc_backends::cpu::{CpuOptions, JitProgram, KERNEL_LIBRARY};
+use slmcc_ir::{Module, OpDef, Region};
+use slmcc_passes::{parse_pipeline, PassManager, PassRecord, RunOptions};
+use slmcc_runtime::package::{
+    self, BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet,
+    ISA_HOST_JIT, RUNTIME_ABI, TARGET_CPU,
+};
+
+use super::load::load_module;
+use super::report::DEFAULT_BUCKETS;
+use crate::cli::CompileArgs;
+use crate::exit::CmdResult;
+
+/// The fused ops counted per bucket in `--report`.
+pub const FUSED_OPS: [&str; 8] = [
+    "rms_norm",
+    "add_rms_norm",
+    "add_layer_norm",
+    "gelu",
+    "swiglu",
+    "geglu",
+    "rope",
+    "attention",
+];
+
+/// The passes before bucket specialisation in the default pipeline.
+pub const FUSION_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
+
+/// The default pipeline for `bucket_options` (`buckets=128,256`).
+pub fn default_pipeline(bucket_options: &str) -> String {
+    format!("{FUSION_PIPELINE},bucket-specialize{{{bucket_options}}},plan-memory")
+}
+
+/// `--passes` completed so that every graph ends up a planned bucket:
+/// `bucket-specialize{bucket_options}` appended unless the pipeline runs
+/// it, `plan-memory` unless it ends with it.
+pub fn complete_pipeline(
+    passes: &str,
+    bucket_options: &str,
+    explicit_buckets: bool,
+) -> anyhow::Result<String> {
+    let entries = parse_pipeline(passes)?;
+    let mut out: Vec<String> = Vec::new();
+    if !passes.trim().is_empty() {
+        out.push(passes.trim().to_string());
+    }
+    if entries.iter().any(|e| e.name == "bucket-specialize") {
+        if explicit_buckets {
+            bail!(
+                "--buckets and --bucket-profile cannot be combined with a --passes pipeline \
+                 that runs bucket-specialize (give its options there)"
+            );
+        }
+    } else {
+        out.push(format!("bucket-specialize{{{bucket_options}}}"));
+    }
+    if entries.last().is_none_or(|e| e.name != "plan-memory") {
+        out.push("plan-memory".to_string());
+    }
+    Ok(out.join(","))
+}
+
+/// Where the kernels are for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cpu {
+    /// The host: the runtime JIT-compiles the kernels at load.
+    Host,
+    /// The board's A76 cores: an aarch64 object per bucket.
+    Aarch64,
+}
+
+fn check_target(args: &CompileArgs) -> anyhow::Result<Cpu> {
+    match args.target.as_str() {
+        "cpu" => {}
+        "rk3588" => bail!(
+            "--target rk3588 is not yet supported in this version (the NPU target is to come; use --target cpu)"
+        ),
+        t => bail!("unknown target `{t}` (valid: cpu, rk3588)"),
+    }
+    match args.quant.as_deref() {
+        None | Some("none") => {}
+        Some(q @ ("w8a8" | "w4a8")) => {
+            bail!("--quant {q} is not yet supported in this version (use --quant none)")
+        }
+        Some(q) => bail!("unknown --quant `{q}` (valid: none, w8a8, w4a8)"),
+    }
+    match args.cpu.as_str() {
+        "host" => Ok(Cpu::Host),
+        "aarch64" => Ok(Cpu::Aarch64),
+        c => bail!("unknown --cpu `{c}` (valid: host, aarch64)"),
+    }
+}
+
+/// The options of `bucket-specialize` the command line asks for, and
+/// whether it asked at all.
+fn bucket_options(args: &CompileArgs) -> anyhow::Result<(String, bool)> {
+    match (&args.buckets, &args.bucket_profile) {
+        (Some(b), None) => {
+            let sizes = slmcc_passes::transforms::bucket_specialize::parse_buckets(b)
+                .map_err(|e| anyhow!("--buckets: {e}"))?;
+            let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
+            Ok((format!("buckets={}", list.join(",")), true))
+        }
+        (None, Some(profile)) => {
+            let k = args.max_buckets.unwrap_or(3);
+            Ok((
+                format!("profile={},max-buckets={k}", profile.display()),
+                true,
+            ))
+        }
+        (None, None) => Ok((format!("buckets={DEFAULT_BUCKETS}"), false)),
+        (Some(_), Some(_)) => bail!("give --buckets or --bucket-profile, not both"),
+    }
+}
+
+/// The default output: the model's file stem with `.slmpkg`, here.
+fn default_output(model: &Path) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_string());
+    PathBuf::from(format!("{stem}.slmpkg"))
+}
+
+/// A C symbol prefix for a graph's kernels.
+fn symbol_prefix(graph: &str) -> String {
+    let clean: String = graph
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("slmcc_{clean}")
+}
+
+pub fn run(args: CompileArgs) -> CmdResult {
+    let cpu = check_target(&args)?;
+    let (bucket_opts, explicit) = bucket_options(&args)?;
+    let pipeline = match &args.passes {
+        None => default_pipeline(&bucket_opts),
+        Some(p) => complete_pipeline(p, &bucket_opts, explicit)?,
+    };
+    let model = &args.model;
+    let out = args.output.clone().unwrap_or_else(|| default_output(model));
+    let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", model.display());
+
+    if model.extension().is_some_and(|e| e == "slmpkg") {
+        return Err(at(&"expected a model (.onnx, or .slm IR), not a package").into());
+    }
+    let source_sha256 =
+        package::sha256_file(model).with_context(|| format!("cannot read {}", model.display()))?;
+    let t0 = Instant::now();
+    let mut module = load_module(model)?;
+    let import_ms = ms(t0);
+    let options = RunOptions {
+        verify_each: true,
+        ..RunOptions::default()
+    };
+    let records = PassManager::parse(&pipeline, options)?
+        .run(&mut module, &mut std::io::sink())
+        .with_context(|| format!("{}", model.display()))?;
+
+    // Every graph must be a planned bucket of one base graph.
+    let mut graphs: Vec<(&str, u64)> = Vec::new();
+    for g in &module.graphs {
+        let Some(info) = module.buckets.get(&g.name) else {
+            return Err(at(&format!(
+                "graph @{} was not specialised to buckets (its inputs have no `seq` axis, or \
+                 the pipeline does not run bucket-specialize)",
+                g.name
+            ))
+            .into());
+        };
+        graphs.push((&g.name, info.size as u64));
+    }
+    let mut bases: Vec<&str> = module.buckets.values().map(|b| b.base.as_str()).collect();
+    bases.sort_unstable();
+    bases.dedup();
+    let entry = match bases[..] {
+        [b] => b.to_string(),
+        [] => return Err(at(&"the module has no graphs").into()),
+        _ => {
+            return Err(at(&format!(
+                "bucket graphs of {} base graphs ({}); a package holds one",
+                bases.len(),
+                bases.join(", ")
+            ))
+            .into())
+        }
+    };
+    graphs.sort_by_key(|&(_, size)| size);
+
+    let cpu_options = CpuOptions::default();
+    let mut buckets: Vec<BucketEntry> = Vec::new();
+    let mut codegen_ms = Vec::new();
+    for &(name, _) in &graphs {
+        let g = module.graph(name).expect("listed above");
+        let mut entry = package::bucket_entry(&module, name).map_err(|e| at(&e))?;
+        let t = Instant::now();
+        let cannot = |e: &dyn std::fmt::Display| {
+            anyhow!(
+                "{}: cannot compile for --target cpu --cpu {}: {e}",
+                model.display(),
+                args.cpu
+            )
+        };
+        match cpu {
+            Cpu::Host => {
+                JitProgram::compile(g, &cpu_options).map_err(|e| cannot(&e))?;
+            }
+            Cpu::Aarch64 => {
+                let obj = compile_object(g, AARCH64_LINUX, &symbol_prefix(name), &cpu_options)
+                    .map_err(|e| cannot(&e))?;
+                entry.kernels = Some(KernelObject {
+                    triple: AARCH64_LINUX.to_string(),
+                    object: obj.bytes,
+                    symbols: obj
+                        .kernels
+                        .iter()
+                        .map(|k| KernelSymbol {
+                            node: k.node as u32,
+                            symbol: k.symbol.clone(),
+                        })
+                        .collect(),
+                });
+            }
+        }
+        codegen_ms.push(ms(t));
+        buckets.push(entry);
+    }
+
+    let manifest = Manifest {
+        versions: Some(VersionSet {
+            compiler: format!("slmcc {}", env!("CARGO_PKG_VERSION")),
+            target: TARGET_CPU.to_string(),
+            kernel_library: KERNEL_LIBRARY.to_string(),
+            isa: match cpu {
+                Cpu::Host => ISA_HOST_JIT.to_string(),
+                Cpu::Aarch64 => AARCH64_LINUX.to_string(),
+            },
+            runtime_abi: RUNTIME_ABI,
+        }),
+        options: Some(TargetOptions {
+            cpu: args.cpu.clone(),
+            quant: "none".to_string(),
+            pipeline: pipeline.clone(),
+            buckets: graphs.iter().map(|&(_, s)| s).collect(),
+            fma: cpu_options.fma,
+        }),
+        module: module.name.clone(),
+        entry,
+        buckets,
+        source: model
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        source_sha256: source_sha256.to_vec(),
+    };
+    let weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
+    let file_bytes = write_package(&out, &manifest, &weights)?;
+    let sizes: Vec<String> = graphs.iter().map(|(_, s)| s.to_string()).collect();
+    println!(
+        "wrote {}: target cpu ({}), buckets {}; {} bytes (manifest {}, weights {})",
+        out.display(),
+        args.cpu,
+        sizes.join(", "),
+        file_bytes,
+        manifest.encoded_len(),
+        weights.len()
+    );
+    if let Some(path) = &args.report {
+        let report = json_report(
+            &module,
+            &graphs,
+            &codegen_ms,
+            &records,
+            import_ms,
+            &manifest,
+            (&out, file_bytes, weights.len()),
+        );
+        let text = serde_json::to_string_pretty(&report).expect("JSON values") + "\n";
+        super::opt::write_atomically(path, text.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Writes the package through a temporary file renamed into place, so a
+/// failure leaves nothing half-written (a torn write after a crash fails the
+/// digests at load); returns its size.
+fn write_package(out: &Path, manifest: &Manifest, weights: &[u8]) -> anyhow::Result<usize> {
+    let tmp = out.with_extension("slmcc-partial");
+    let write = || -> std::io::Result<usize> {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        let n = package::encode_to(&mut f, manifest, weights)?;
+        std::io::Write::flush(&mut f)?;
+        Ok(n)
+    };
+    let n = write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow!("cannot write {}: {e}", tmp.display())
+    })?;
+    std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(n)
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// The `--report` JSON.
+fn json_report(
+    module: &Module,
+    graphs: &[(&str, u64)],
+    codegen_ms: &[f64],
+    records: &[PassRecord],
+    import_ms: f64,
+    manifest: &Manifest,
+    (out, file_bytes, weights_bytes): (&Path, usize, usize),
+) -> serde_json::Value {
+    let buckets: Vec<serde_json::Value> = graphs
+        .iter()
+        .zip(codegen_ms)
+        .map(|(&(name, size), &codegen)| {
+            let g = module.graph(name).expect("listed");
+            let plan = &module.plans[name];
+            let mut fused: BTreeMap<&str, usize> = FUSED_OPS.iter().map(|&m| (m, 0)).collect();
+            for n in &g.nodes {
+                if let Some(c) = fused.get_mut(n.op.mnemonic()) {
+                    *c += 1;
+                }
+            }
+            let regions: serde_json::Map<String, serde_json::Value> = Region::ALL
+                .iter()
+                .map(|&r| (r.name().to_string(), json!(plan.regions.get(r))))
+                .collect();
+            let kernels = manifest
+                .buckets
+                .iter()
+                .find(|b| b.graph == name)
+                .and_then(|b| b.kernels.as_ref())
+                .map(|k| json!({"triple": k.triple, "object_bytes": k.object.len(), "kernels": k.symbols.len()}));
+            json!({
+                "graph": name,
+                "size": size,
+                "nodes": g.nodes.len(),
+                "fused_ops": fused,
+                "arena_bytes": plan.regions.arena,
+                "lower_bound_bytes": plan.lower_bound,
+                "arena_ratio": plan.ratio(),
+                "regions": regions,
+                "peak_total_bytes": plan.regions.total(),
+                "codegen_ms": codegen,
+                "aot_kernels": kernels,
+            })
+        })
+        .collect();
+    let passes: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            let stats: BTreeMap<&str, u64> = r.stats.iter().collect();
+            json!({
+                "name": r.name,
+                "ms": r.duration.as_secs_f64() * 1e3,
+                "changed": r.changed,
+                "stats": stats,
+            })
+        })
+        .collect();
+    let v = manifest.versions.clone().unwrap_or_default();
+    let o = manifest.options.clone().unwrap_or_default();
+    json!({
+        "package": out.display().to_string(),
+        "module": module.name,
+        "entry": manifest.entry,
+        "versions": {
+            "compiler": v.compiler,
+            "target": v.target,
+            "kernel_library": v.kernel_library,
+            "isa": v.isa,
+            "runtime_abi": v.runtime_abi,
+        },
+        "options": {
+            "cpu": o.cpu,
+            "quant": o.quant,
+            "pipeline": o.pipeline,
+            "buckets": o.buckets,
+            "fma": o.fma,
+        },
+        "bytes": {
+            "file": file_bytes,
+            "manifest": manifest.encoded_len(),
+            "weights": weights_bytes,
+        },
+        "import_ms": import_ms,
+        "pass_ms": records.iter().map(|r| r.duration.as_secs_f64() * 1e3).sum::<f64>(),
+        "buckets": buckets,
+        "passes": passes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completes_pipelines() {
+        assert_eq!(
+            complete_pipeline("shape-infer,dce", "buckets=64", false).unwrap(),
+            "shape-infer,dce,bucket-specialize{buckets=64},plan-memory"
+        );
+        assert_eq!(
+            complete_pipeline("", "buckets=64", false).unwrap(),
+            "bucket-specialize{buckets=64},plan-memory"
+        );
+        assert_eq!(
+            complete_pipeline("dce,bucket-specialize{buckets=8},plan-memory", "x", false).unwrap(),
+            "dce,bucket-specialize{buckets=8},plan-memory"
+        );
+        assert!(complete_pipeline("bucket-specialize", "buckets=8", true).is_err());
+        assert_eq!(
+            default_pipeline("buckets=1,2"),
+            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=1,2},plan-memory"
+        );
+    }
+}

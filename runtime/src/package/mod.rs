@@ -1,0 +1,553 @@
+//! The deployable package (`.slmpkg`): writing and loading.
+//!
+//! A package is one file:
+//!
+//! ```text
+//! offset  bytes  field
+//!      0      7  magic "SLMPKG\0"
+//!      7      1  zero
+//!      8      4  format version (u32 little-endian) = FORMAT_VERSION
+//!     12      4  header length (u32) = 128
+//!     16      8  manifest offset (u64) = 128
+//!     24      8  manifest length (u64)
+//!     32      8  weights offset (u64): the manifest's end rounded up to 64
+//!     40      8  weights length (u64)
+//!     48     32  SHA-256 of the manifest bytes
+//!     80     32  SHA-256 of the weights bytes
+//!    112     16  zero
+//!    128         the manifest (protobuf, [`Manifest`]), zeros up to the
+//!                weights offset, then the weights (safetensors layout, its
+//!                data 64-byte aligned in the file); nothing after them
+//! ```
+//!
+//! The manifest holds the version set, the compile options, and one entry
+//! per bucket graph: the graph as textual IR with its bucket record and
+//! memory plan, plus, when compiled for the board, an aarch64 object with
+//! its kernels ([`manifest`]). The host runtime compiles the kernels from
+//! the IR at load (JIT), so a host package carries none.
+//!
+//! [`Package::open`] checks everything before anything is used: the magic,
+//! the format version, the lengths against the file size, that the reserved
+//! and padding bytes are zero, both digests, and the version set (a runtime
+//! ABI other than [`RUNTIME_ABI`] is refused): one flipped byte anywhere in
+//! the file is an error naming the file and the part that failed.
+//! [`encode`] is deterministic: the same manifest and weights give the same
+//! bytes (no timestamps; prost encodes fields in tag order).
+
+pub mod manifest;
+
+use std::fmt;
+use std::io::Write;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use prost::Message;
+use sha2::{Digest, Sha256};
+use slmcc_ir::text::{parse_module, print_module};
+use slmcc_ir::{Module, WeightStore};
+
+pub use manifest::{BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet};
+
+/// The first bytes of every package.
+pub const MAGIC: [u8; 7] = *b"SLMPKG\0";
+/// The layout version this runtime reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The runtime ABI this runtime implements (see [`VersionSet::runtime_abi`]).
+pub const RUNTIME_ABI: u32 = 1;
+/// The fixed header's length.
+pub const HEADER_BYTES: usize = 128;
+/// Alignment of the weights section (and of the weights' data inside it).
+pub const WEIGHTS_ALIGN: usize = 64;
+/// The only target this runtime runs.
+pub const TARGET_CPU: &str = "cpu";
+/// [`VersionSet::isa`] of a package without kernels, compiled at load.
+pub const ISA_HOST_JIT: &str = "host-jit";
+
+/// The part of a package a failure is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// Reading the file at all.
+    File,
+    /// The fixed header: magic, format version, lengths, reserved bytes.
+    Header,
+    /// The manifest: its digest, its decoding, its bucket graphs.
+    Manifest,
+    /// The weights: their digest, their safetensors header.
+    Weights,
+    /// The version set: what the package needs of the runtime.
+    Versions,
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Part::File => "file",
+            Part::Header => "header",
+            Part::Manifest => "manifest",
+            Part::Weights => "weights",
+            Part::Versions => "version set",
+        })
+    }
+}
+
+/// A package that cannot be loaded, naming the file and the part at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {part}: {message}", path.display())]
+pub struct PackageError {
+    pub path: PathBuf,
+    pub part: Part,
+    pub message: String,
+}
+
+/// The SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn align_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// The package file of `manifest` and the weights blob `weights` (a
+/// safetensors blob whose data starts at a multiple of [`WEIGHTS_ALIGN`],
+/// as [`WeightStore::to_safetensors`] writes with that alignment).
+pub fn encode(manifest: &Manifest, weights: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_to(&mut out, manifest, weights).expect("writing to memory");
+    out
+}
+
+/// [`encode`] into a writer (a file, without a copy of the weights in
+/// memory); returns the package's size in bytes.
+pub fn encode_to(w: &mut dyn Write, manifest: &Manifest, weights: &[u8]) -> std::io::Result<usize> {
+    let m = manifest.encode_to_vec();
+    let woff = align_up(HEADER_BYTES + m.len(), WEIGHTS_ALIGN);
+    let mut head = Vec::with_capacity(woff);
+    head.extend_from_slice(&MAGIC);
+    head.push(0);
+    head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    head.extend_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
+    for n in [HEADER_BYTES, m.len(), woff, weights.len()] {
+        head.extend_from_slice(&(n as u64).to_le_bytes());
+    }
+    head.extend_from_slice(&sha256(&m));
+    head.extend_from_slice(&sha256(weights));
+    head.resize(HEADER_BYTES, 0);
+    head.extend_from_slice(&m);
+    head.resize(woff, 0);
+    w.write_all(&head)?;
+    w.write_all(weights)?;
+    Ok(woff + weights.len())
+}
+
+/// The SHA-256 of a file's contents, read in chunks.
+pub fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
+    let mut h = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(path)?, &mut h)?;
+    Ok(h.finalize().into())
+}
+
+/// The weights blob of a module, as a package carries it.
+pub fn weights_blob(weights: &WeightStore) -> Result<Vec<u8>, String> {
+    weights
+        .to_safetensors(WEIGHTS_ALIGN)
+        .map_err(|e| e.to_string())
+}
+
+/// The manifest entry of bucket graph `graph` of `module`: the graph with
+/// the module's weight declarations, its bucket record and its plan, as
+/// text. Fails unless the graph is a bucket graph with a memory plan.
+pub fn bucket_entry(module: &Module, graph: &str) -> Result<BucketEntry, String> {
+    let g = module
+        .graph(graph)
+        .ok_or_else(|| format!("no graph @{graph}"))?;
+    let info = module.buckets.get(graph).ok_or_else(|| {
+        format!("graph @{graph} is not a bucket graph (the pipeline must run bucket-specialize)")
+    })?;
+    let plan = module.plans.get(graph).ok_or_else(|| {
+        format!("graph @{graph} has no memory plan (the pipeline must end with plan-memory)")
+    })?;
+    let size = u64::try_from(info.size).map_err(|_| format!("bucket size {}", info.size))?;
+    let mut weights = module.weights.clone();
+    weights.file = None;
+    let one = Module {
+        name: module.name.clone(),
+        weights,
+        graphs: vec![g.clone()],
+        buckets: [(graph.to_string(), info.clone())].into(),
+        plans: [(graph.to_string(), plan.clone())].into(),
+    };
+    Ok(BucketEntry {
+        graph: graph.to_string(),
+        symbol: info.symbol.clone(),
+        size,
+        ir: print_module(&one),
+        kernels: None,
+    })
+}
+
+/// Checks what a package needs of this runtime.
+pub fn check_versions(v: &VersionSet) -> Result<(), String> {
+    if v.runtime_abi != RUNTIME_ABI {
+        return Err(format!(
+            "the package needs runtime ABI {}, this runtime implements ABI {RUNTIME_ABI} \
+             (compiled by {}); recompile it with this slmcc",
+            v.runtime_abi,
+            if v.compiler.is_empty() {
+                "an unknown compiler"
+            } else {
+                &v.compiler
+            }
+        ));
+    }
+    if v.target != TARGET_CPU {
+        return Err(format!(
+            "target `{}` is not supported by this runtime (it runs `{TARGET_CPU}` packages)",
+            v.target
+        ));
+    }
+    Ok(())
+}
+
+/// A verified package, memory-mapped.
+pub struct Package {
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    map: Arc<Mmap>,
+    manifest_range: Range<usize>,
+    weights_range: Range<usize>,
+}
+
+impl std::fmt::Debug for Package {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Package")
+            .field("path", &self.path)
+            .field("manifest", &self.manifest_range)
+            .field("weights", &self.weights_range)
+            .finish()
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Package {
+    /// Maps and verifies the package at `path` (see the module doc).
+    pub fn open(path: &Path) -> Result<Package, PackageError> {
+        let fail = |part: Part, message: String| PackageError {
+            path: path.to_path_buf(),
+            part,
+            message,
+        };
+        let file = std::fs::File::open(path).map_err(|e| fail(Part::File, e.to_string()))?;
+        // SAFETY: read-only mapping; a package changed by another process
+        // while mapped is outside what we defend against (as with any
+        // memory-mapped model file).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| fail(Part::File, e.to_string()))?;
+        let b = &map[..];
+        let header = |m: String| fail(Part::Header, m);
+        if b.len() < MAGIC.len() || b[..MAGIC.len()] != MAGIC {
+            return Err(header(
+                "not a slmcc package (the file does not start with the magic `SLMPKG\\0`)"
+                    .to_string(),
+            ));
+        }
+        if b.len() < HEADER_BYTES {
+            return Err(header(format!(
+                "the file is {} bytes, shorter than the {HEADER_BYTES}-byte header",
+                b.len()
+            )));
+        }
+        let version = u32_at(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(header(format!(
+                "format version {version}, this slmcc reads version {FORMAT_VERSION}"
+            )));
+        }
+        let hlen = u32_at(b, 12) as usize;
+        if hlen != HEADER_BYTES {
+            return Err(header(format!(
+                "header length {hlen}, expected {HEADER_BYTES}"
+            )));
+        }
+        let [moff, mlen, woff, wlen] = [16, 24, 32, 40].map(|at| u64_at(b, at));
+        let expect_woff = (HEADER_BYTES as u64)
+            .checked_add(mlen)
+            .map(|e| e.div_ceil(WEIGHTS_ALIGN as u64) * WEIGHTS_ALIGN as u64);
+        let end = woff.checked_add(wlen);
+        if moff != HEADER_BYTES as u64 || Some(woff) != expect_woff || end != Some(b.len() as u64) {
+            return Err(header(format!(
+                "sections (manifest {moff}+{mlen}, weights {woff}+{wlen}) do not match a \
+                 {}-byte package: the file is truncated or corrupted",
+                b.len()
+            )));
+        }
+        let (mrange, wrange) = (
+            moff as usize..(moff + mlen) as usize,
+            woff as usize..b.len(),
+        );
+        if b[7] != 0 || b[112..HEADER_BYTES].iter().any(|&x| x != 0) {
+            return Err(header("reserved header bytes are not zero".to_string()));
+        }
+        if b[mrange.end..wrange.start].iter().any(|&x| x != 0) {
+            return Err(fail(
+                Part::Manifest,
+                "the padding after the manifest is not zero".to_string(),
+            ));
+        }
+        if sha256(&b[mrange.clone()])[..] != b[48..80] {
+            return Err(fail(
+                Part::Manifest,
+                "SHA-256 mismatch: the manifest bytes do not match the digest in the header \
+                 (the package is corrupted)"
+                    .to_string(),
+            ));
+        }
+        if sha256(&b[wrange.clone()])[..] != b[80..112] {
+            return Err(fail(
+                Part::Weights,
+                "SHA-256 mismatch: the weights bytes do not match the digest in the header \
+                 (the package is corrupted)"
+                    .to_string(),
+            ));
+        }
+        let manifest = Manifest::decode(&b[mrange.clone()])
+            .map_err(|e| fail(Part::Manifest, format!("cannot decode: {e}")))?;
+        let versions = manifest
+            .versions
+            .as_ref()
+            .ok_or_else(|| fail(Part::Versions, "missing".to_string()))?;
+        check_versions(versions).map_err(|m| fail(Part::Versions, m))?;
+        Ok(Package {
+            path: path.to_path_buf(),
+            manifest,
+            map: Arc::new(map),
+            manifest_range: mrange,
+            weights_range: wrange,
+        })
+    }
+
+    /// The whole file's size in bytes.
+    pub fn file_bytes(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The manifest's size in bytes.
+    pub fn manifest_bytes(&self) -> usize {
+        self.manifest_range.len()
+    }
+
+    /// The weights blob's size in bytes.
+    pub fn weights_bytes(&self) -> usize {
+        self.weights_range.len()
+    }
+
+    /// The SHA-256 digests of the manifest and the weights (verified at open).
+    pub fn digests(&self) -> ([u8; 32], [u8; 32]) {
+        let d = |at: usize| self.map[at..at + 32].try_into().expect("32 bytes");
+        (d(48), d(80))
+    }
+
+    /// The module the package holds: every bucket graph with its bucket
+    /// record and memory plan, verified, its weights mapped from the
+    /// package.
+    pub fn module(&self) -> Result<Module, PackageError> {
+        let fail = |part: Part, message: String| PackageError {
+            path: self.path.clone(),
+            part,
+            message,
+        };
+        let mut module = Module::new(self.manifest.module.clone());
+        if self.manifest.buckets.is_empty() {
+            return Err(fail(Part::Manifest, "no bucket graphs".to_string()));
+        }
+        for (i, b) in self.manifest.buckets.iter().enumerate() {
+            let bad = |m: String| fail(Part::Manifest, format!("bucket @{}: {m}", b.graph));
+            let mut one = parse_module(&b.ir).map_err(|e| bad(format!("IR {e}")))?;
+            if one.graphs.len() != 1 || one.graphs[0].name != b.graph {
+                return Err(bad("the IR must hold exactly this one graph".to_string()));
+            }
+            let (Some(info), Some(plan)) =
+                (one.buckets.remove(&b.graph), one.plans.remove(&b.graph))
+            else {
+                return Err(bad("the IR has no bucket record or no plan".to_string()));
+            };
+            if info.base != self.manifest.entry
+                || info.symbol != b.symbol
+                || u64::try_from(info.size).ok() != Some(b.size)
+            {
+                return Err(bad(format!(
+                    "bucket record @{} {{{} = {}}} disagrees with the manifest's @{} {{{} = {}}}",
+                    info.base, info.symbol, info.size, self.manifest.entry, b.symbol, b.size
+                )));
+            }
+            if i == 0 {
+                module.name = one.name.clone();
+                module.weights = std::mem::take(&mut one.weights);
+            } else {
+                let same = one.weights.len() == module.weights.len()
+                    && one
+                        .weights
+                        .iter()
+                        .zip(module.weights.iter())
+                        .all(|((n, w), (m, v))| n == m && w.ty == v.ty);
+                if !same {
+                    return Err(bad(
+                        "its weight declarations differ from the first bucket's".to_string(),
+                    ));
+                }
+            }
+            module.buckets.insert(b.graph.clone(), info);
+            module.plans.insert(b.graph.clone(), plan);
+            module.graphs.push(one.graphs.remove(0));
+        }
+        slmcc_ir::verify_module(&module).map_err(|e| fail(Part::Manifest, e.to_string()))?;
+        module
+            .weights
+            .attach_mapped(self.map.clone(), self.weights_range.clone(), &self.path)
+            .map_err(|e| fail(Part::Weights, e.to_string()))?;
+        Ok(module)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slmcc_ir::Tensor;
+    use slmcc_passes::{PassManager, RunOptions};
+
+    const SRC: &str = r#"
+module @m {
+  weight @w : f32[4, 4]
+  graph @main(%x: f32[1, seq, 4]) -> (f32[1, seq, 4]) {
+    %y = matmul %x, @w : f32[1, seq, 4]
+    %z = exp %y : f32[1, seq, 4]
+    return %z
+  }
+}
+"#;
+
+    fn planned() -> Module {
+        let mut m = parse_module(SRC).unwrap();
+        m.weights.insert(
+            "w",
+            Tensor::from_f32(vec![4, 4], (0..16).map(|i| i as f32 * 0.125).collect()),
+        );
+        PassManager::parse(
+            "bucket-specialize{buckets=2,4},plan-memory",
+            RunOptions::default(),
+        )
+        .unwrap()
+        .run(&mut m, &mut std::io::sink())
+        .unwrap();
+        m
+    }
+
+    fn manifest(m: &Module, abi: u32) -> Manifest {
+        Manifest {
+            versions: Some(VersionSet {
+                compiler: "slmcc test".to_string(),
+                target: TARGET_CPU.to_string(),
+                kernel_library: "k".to_string(),
+                isa: ISA_HOST_JIT.to_string(),
+                runtime_abi: abi,
+            }),
+            options: None,
+            module: m.name.clone(),
+            entry: "main".to_string(),
+            buckets: m
+                .graphs
+                .iter()
+                .map(|g| bucket_entry(m, &g.name).unwrap())
+                .collect(),
+            source: String::new(),
+            source_sha256: Vec::new(),
+        }
+    }
+
+    fn write(tag: &str, bytes: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("slmcc-pkg-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.slmpkg");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn round_trips_and_refuses_any_flipped_byte() {
+        let m = planned();
+        let blob = weights_blob(&m.weights).unwrap();
+        let bytes = encode(&manifest(&m, RUNTIME_ABI), &blob);
+        assert_eq!(bytes, encode(&manifest(&m, RUNTIME_ABI), &blob));
+        let path = write("rt", &bytes);
+        let pkg = Package::open(&path).unwrap();
+        assert_eq!(pkg.file_bytes(), bytes.len());
+        let woff = bytes.len() - pkg.weights_bytes();
+        assert_eq!(woff % WEIGHTS_ALIGN, 0);
+        let back = pkg.module().unwrap();
+        assert_eq!(print_module(&back), {
+            let mut m = m.clone();
+            m.weights.file = None;
+            print_module(&m)
+        });
+        assert_eq!(
+            back.weights.tensor("w").unwrap().unwrap(),
+            m.weights.tensor("w").unwrap().unwrap()
+        );
+        // Every byte matters.
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x10;
+            let path = write("flip", &bad);
+            let e = Package::open(&path).unwrap_err();
+            let want = if at < HEADER_BYTES {
+                vec![Part::Header, Part::Manifest, Part::Weights]
+            } else if at < woff {
+                vec![Part::Manifest]
+            } else {
+                vec![Part::Weights]
+            };
+            assert!(want.contains(&e.part), "byte {at}: {e}");
+        }
+        let e = Package::open(&write("trunc", &bytes[..bytes.len() - 1])).unwrap_err();
+        assert_eq!(e.part, Part::Header, "{e}");
+        assert!(e.to_string().contains("truncated"), "{e}");
+        let e = Package::open(&write("magic", b"PK\x03\x04 not a package")).unwrap_err();
+        assert!(e.to_string().contains("not a slmcc package"), "{e}");
+    }
+
+    #[test]
+    fn refuses_another_runtime_abi() {
+        let m = planned();
+        let blob = weights_blob(&m.weights).unwrap();
+        let path = write("abi", &encode(&manifest(&m, RUNTIME_ABI + 1), &blob));
+        let e = Package::open(&path).unwrap_err();
+        assert_eq!(e.part, Part::Versions);
+        assert!(e.to_string().contains("runtime ABI 2"), "{e}");
+    }
+
+    #[test]
+    fn bucket_entries_need_plans() {
+        let mut m = parse_module(SRC).unwrap();
+        let e = bucket_entry(&m, "main").unwrap_err();
+        assert!(e.contains("not a bucket graph"), "{e}");
+        PassManager::parse("bucket-specialize{buckets=2}", RunOptions::default())
+            .unwrap()
+            .run(&mut m, &mut std::io::sink())
+            .unwrap();
+        let e = bucket_entry(&m, "main_2").unwrap_err();
+        assert!(e.contains("no memory plan"), "{e}");
+    }
+}
