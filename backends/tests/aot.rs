@@ -167,7 +167,7 @@ fn every_kernel_family_compiles_for_aarch64() {
     let kv = rng.tensor(&[1, 2, 600, 8], 1.0);
     let table = rng.tensor(&[5, 8], 1.0);
     let table4 = rng.tensor(&[5, 4], 1.0);
-    let big = rng.tensor(&[12, 1100], 1.0);
+    let big = rng.tensor(&[70, 1100], 1.0);
     let bw = rng.tensor(&[1100, 24], 1.0);
     let fused: Vec<(Op, Vec<(Tensor, Kind)>)> = vec![
         (

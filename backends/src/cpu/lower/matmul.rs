@@ -14,10 +14,11 @@
 //!
 //! Large operands are blocked so the weights stream well:
 //!
-//! - **packed** (`m >= 8`): for each strip of `NR = 4·NV` columns and each
-//!   block of `KC` rows of `B`, the strip is copied into a contiguous stack
-//!   buffer (`KC · NR · 4` bytes per `B`, at most [`PACK_BYTES`] = 32 KiB),
-//!   then every row block of `A` runs over it: the panel is read from L1
+//! - **packed** (`m >= 64`, gated MLPs `m >= 8`): for each strip of
+//!   `NR = 4·NV` columns and each block of `KC` rows of `B`, the strip is
+//!   copied into a contiguous stack buffer (`KC · NR · 4` bytes per `B`,
+//!   at most [`PACK_BYTES`] = 32 KiB), then every row block of `A` runs
+//!   over it: the panel is read from L1
 //!   `m / 4` times, with unit stride and no cache-set aliasing whatever
 //!   `n` is. `KC = k` when the strip fits, else `k` is split: partial sums
 //!   go to `C` and are reloaded by the next block. A gated MLP stores its
@@ -25,9 +26,9 @@
 //!   [`PARTIAL_BYTES`]) and applies the activation in a separate pass over
 //!   the finished strip, which keeps the activation's many values out of
 //!   the GEMM loop's registers.
-//! - **direct** (`m < 8`, the decode GEMV): no copy (each `B` element is
-//!   used `m` times only); strips of 8 (x86-64) or 16 (aarch64) columns
-//!   per `B`, rows walked in place.
+//! - **direct** (fewer rows; the decode GEMV): no copy, `B` read in
+//!   place, column strips outside and row blocks inside; below 4 rows,
+//!   strips of 8 (x86-64) or 16 (aarch64) columns per `B`.
 //!
 //! Each output element is still accumulated in `k` order from `+0.0`, as
 //! the reference does (blocking over `k` stores and reloads the exact
@@ -49,8 +50,11 @@ use crate::cpu::CpuError;
 /// Rows per tile.
 const MR: usize = 4;
 
-/// Fewest rows for which the `B` strips are packed.
-const PACK_MIN_M: usize = 8;
+/// Fewest rows for which the `B` strips of a matmul are packed (with
+/// fewer, reading `B` in place measured as fast on x86-64: the copy is
+/// amortised over too few row blocks). Gated MLPs pack from [`MR`]`· 2`
+/// rows on, for their separate activation pass.
+const PACK_MIN_M: usize = 64;
 
 /// Most stack bytes of one packed `B` strip block (all `B`s together).
 pub const PACK_BYTES: usize = 32 * 1024;
@@ -157,7 +161,8 @@ impl Gemm<'_, '_> {
         let strips = self.n / nr;
         let mut at = 0;
         if strips > 0 {
-            let packed = self.m >= PACK_MIN_M && self.packed(kb, a, c, nv, strips)?;
+            let min_m = if nb > 1 { 2 * MR } else { PACK_MIN_M };
+            let packed = self.m >= min_m && self.packed(kb, a, c, nv, strips)?;
             if !packed {
                 self.direct(kb, a, c, nv, Width::Vector(4), 0, strips)?;
             }
