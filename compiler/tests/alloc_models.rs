@@ -1,8 +1,9 @@
 //! No heap allocation per inference step on the real models, with the cpu
 //! backend's kernels inside the planned arena.
 //!
-//! For each exported decoder (Llama, Qwen2, Phi-3, GPT-2): import, run
-//! `const-fold,dce,bucket-specialize{buckets=64,128},plan-memory`, load both
+//! For each exported decoder (Llama, Qwen2, Phi-3, GPT-2): import, run the
+//! fusion pipeline then `bucket-specialize{buckets=64,128},plan-memory` (so
+//! the fused attention, rope and add+norm kernels are covered), load both
 //! buckets with the executor over their memory plans and the JIT kernels
 //! (`PlannedBuckets::load_jit`), then, under a counting global allocator,
 //! run steps — pad a 45-token (and a 100-token) prompt into its bucket's
@@ -164,7 +165,10 @@ fn decoder_steps_allocate_nothing_and_match_the_reference() {
     for model in DECODERS {
         let path = repo().join(format!("testdata/models/{model}.onnx"));
         let mut symbolic = slmcc::onnx::import_model(&path).unwrap();
-        run_pipeline(&mut symbolic, "const-fold,dce");
+        run_pipeline(
+            &mut symbolic,
+            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse",
+        );
         let mut m = symbolic.clone();
         run_pipeline(&mut m, "bucket-specialize{buckets=64,128},plan-memory");
 

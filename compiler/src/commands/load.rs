@@ -16,7 +16,7 @@ use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 /// reference interpreter and in the cpu backend's kernels), and clean up.
 /// Values that survive keep their names, so goldens keyed by ONNX value
 /// names still find them.
-pub const REFERENCE_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
+pub const REFERENCE_PIPELINE: &str = super::compile::FUSION_PIPELINE;
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@ pub const DEFAULT_BUCKETS: &str = "128,256,512";
 
 /// The pipeline that plans a model for `buckets` (`64,128`).
 pub fn plan_pipeline(buckets: &str) -> String {
-    format!("const-fold,dce,bucket-specialize{{buckets={buckets}}},plan-memory")
+    super::compile::default_pipeline(&format!("buckets={buckets}"))
 }
 
 pub fn run(args: ReportArgs) -> CmdResult {
@@ -313,7 +313,7 @@ mod tests {
     fn pipeline_names_the_buckets() {
         assert_eq!(
             plan_pipeline("64,128"),
-            "const-fold,dce,bucket-specialize{buckets=64,128},plan-memory"
+            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=64,128},plan-memory"
         );
     }
 }
