@@ -5,42 +5,15 @@
 
 mod common;
 
-use common::repo;
+use common::{repo, run_pipeline, tokens, DECODERS};
 use slmcc_ir::{Module, Tensor};
-use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::{run_graph, Capture};
 
-const DECODERS: [&str; 4] = ["llama", "qwen2", "phi3", "gpt2"];
-
 fn import(model: &str) -> Module {
     let path = repo().join(format!("testdata/models/{model}.onnx"));
     slmcc::onnx::import_model(&path).unwrap()
-}
-
-fn run_pipeline(m: &mut Module, pipeline: &str) {
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    PassManager::parse(pipeline, options)
-        .unwrap()
-        .run(m, &mut std::io::sink())
-        .unwrap_or_else(|e| panic!("{pipeline}: {e}"));
-}
-
-/// `n` token ids below `vocab`, from a fixed-seed LCG.
-fn tokens(n: usize, vocab: u64, seed: u64) -> Vec<i64> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) % vocab) as i64
-        })
-        .collect()
 }
 
 #[test]

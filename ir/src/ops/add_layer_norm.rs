@@ -21,8 +21,10 @@
 //! normalises that rounded `s` in `f32` (as the decomposed `Add` →
 //! `LayerNormalization` does, with `stash_type = 1`), rounding `y` once.
 
+use super::binary::{Binary, BinaryKind};
 use super::constant::f32_as_f64;
 use super::fused_util::{check_channel_param, check_hidden_operand, infer_on_tensors};
+use super::layer_norm::LayerNorm;
 use super::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
 use crate::attr::{Attr, Attrs};
 use crate::shape::TensorType;
@@ -65,30 +67,20 @@ impl OpDef for AddLayerNorm {
         Ok(vec![Fact::new(x.ty.clone()), Fact::new(x.ty.clone())])
     }
 
-    fn eval(&self, inputs: &[&Tensor], _: &EvalCtx) -> Result<Vec<Tensor>, OpError> {
+    fn eval(&self, inputs: &[&Tensor], ctx: &EvalCtx) -> Result<Vec<Tensor>, OpError> {
         infer_on_tensors(self, inputs)?;
-        let (x, r) = (inputs[0], inputs[1]);
-        let shape = x.shape().to_vec();
-        let sum: Vec<f32> = x
-            .to_f32_vec()
-            .iter()
-            .zip(r.to_f32_vec())
-            .map(|(a, b)| a + b)
-            .collect();
-        let s = Tensor::from_f32(shape.clone(), sum).cast(x.dtype());
-        let w = inputs[2].to_f32_vec();
-        let b = inputs.get(3).map(|b| b.to_f32_vec());
-        let n = w.len();
-        let mut v = s.to_f32_vec();
-        for row in v.chunks_mut(n.max(1)) {
-            let mean = row.iter().sum::<f32>() / n as f32;
-            let var = row.iter().map(|&a| (a - mean) * (a - mean)).sum::<f32>() / n as f32;
-            let inv = 1.0 / (var + self.eps).sqrt();
-            for (k, a) in row.iter_mut().enumerate() {
-                *a = (*a - mean) * inv * w[k] + b.as_ref().map_or(0.0, |b| b[k]);
-            }
-        }
-        let y = Tensor::from_f32(shape, v).cast(x.dtype());
+        // Exactly the decomposed graph: the sum rounded to x's dtype, then
+        // `layer_norm` of it over the last axis.
+        let s = Binary::new(BinaryKind::Add)
+            .eval(&inputs[..2], ctx)?
+            .remove(0);
+        let mut norm_operands = vec![&s];
+        norm_operands.extend_from_slice(&inputs[2..]);
+        let norm = LayerNorm {
+            axis: -1,
+            eps: self.eps,
+        };
+        let y = norm.eval(&norm_operands, ctx)?.remove(0);
         Ok(vec![s, y])
     }
 }

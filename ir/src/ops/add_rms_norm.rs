@@ -19,6 +19,7 @@
 //! normalises that rounded `s` in `f32` (as the decomposed graph does: its
 //! `Add` result is a tensor of `x`'s dtype), rounding `y` once at the end.
 
+use super::binary::{Binary, BinaryKind};
 use super::fused_util::{check_channel_param, check_hidden_operand, infer_on_tensors};
 use super::rms_norm::{norm_attrs, rms_norm_rows};
 use super::{bail, EvalCtx, Fact, OpBuild, OpDef, OpError};
@@ -69,17 +70,14 @@ impl OpDef for AddRmsNorm {
         Ok(vec![Fact::new(x.ty.clone()), Fact::new(x.ty.clone())])
     }
 
-    fn eval(&self, inputs: &[&Tensor], _: &EvalCtx) -> Result<Vec<Tensor>, OpError> {
+    fn eval(&self, inputs: &[&Tensor], ctx: &EvalCtx) -> Result<Vec<Tensor>, OpError> {
         infer_on_tensors(self, inputs)?;
-        let (x, r, w) = (inputs[0], inputs[1], inputs[2]);
+        let (x, w) = (inputs[0], inputs[2]);
         let shape = x.shape().to_vec();
-        let sum: Vec<f32> = x
-            .to_f32_vec()
-            .iter()
-            .zip(r.to_f32_vec())
-            .map(|(a, b)| a + b)
-            .collect();
-        let s = Tensor::from_f32(shape.clone(), sum).cast(x.dtype());
+        // The sum rounded to x's dtype, as the decomposed graph computes it.
+        let s = Binary::new(BinaryKind::Add)
+            .eval(&inputs[..2], ctx)?
+            .remove(0);
         let mut v = s.to_f32_vec();
         rms_norm_rows(&mut v, &w.to_f32_vec(), self.eps, self.offset);
         let y = Tensor::from_f32(shape, v).cast(x.dtype());

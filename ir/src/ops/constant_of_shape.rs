@@ -13,7 +13,9 @@
 //! this way).
 
 use super::constant::element_attr;
-use super::{bail, fact_maybe_dims, EvalCtx, Fact, OpBuild, OpDef, OpError};
+use super::{
+    bail, check_nonnegative_dims, fact_maybe_dims, EvalCtx, Fact, OpBuild, OpDef, OpError,
+};
 use crate::attr::{Attr, AttrError, Attrs};
 use crate::dim::Dim;
 use crate::dtype::DType;
@@ -62,16 +64,6 @@ impl ConstantOfShape {
     }
 }
 
-fn check_dims(dims: &[Dim]) -> Result<(), OpError> {
-    if let Some(d) = dims.iter().find(|d| !d.is_nonnegative()) {
-        bail!(
-            "`constant_of_shape` shape {} has a negative dim {d}",
-            Shape(dims.to_vec())
-        );
-    }
-    Ok(())
-}
-
 impl OpDef for ConstantOfShape {
     fn mnemonic(&self) -> &'static str {
         "constant_of_shape"
@@ -94,7 +86,7 @@ impl OpDef for ConstantOfShape {
         let Some(dims) = shape.dims_value() else {
             bail!("`constant_of_shape` shape must be known at compile time");
         };
-        check_dims(&dims)?;
+        check_nonnegative_dims("constant_of_shape", "shape", &dims)?;
         let dtype = self.value.dtype();
         let ty = TensorType::new(dtype, Shape(dims));
         let values = ty.shape.as_fixed().and_then(|s| {
@@ -116,7 +108,11 @@ impl OpDef for ConstantOfShape {
             );
         }
         let v = shape.to_i64_vec();
-        check_dims(&v.iter().map(|&x| Dim::fixed(x)).collect::<Vec<_>>())?;
+        check_nonnegative_dims(
+            "constant_of_shape",
+            "shape",
+            &v.iter().map(|&x| Dim::fixed(x)).collect::<Vec<_>>(),
+        )?;
         let out: Vec<usize> = v.into_iter().map(|x| x as usize).collect();
         let n: usize = out.iter().product();
         Ok(vec![Tensor::new(

@@ -9,7 +9,10 @@
 //! inference.
 
 use super::broadcast::{broadcast_fixed, broadcast_shapes, source_indices};
-use super::{bail, fact_maybe_dims, known_dims, EvalCtx, Fact, OpBuild, OpDef, OpError};
+use super::{
+    bail, check_nonnegative_dims, fact_maybe_dims, known_dims, EvalCtx, Fact, OpBuild, OpDef,
+    OpError,
+};
 use crate::attr::{Attr, Attrs};
 use crate::dim::Dim;
 use crate::dtype::DType;
@@ -18,16 +21,6 @@ use crate::tensor::Tensor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Expand;
-
-fn check_target(target: &[Dim]) -> Result<(), OpError> {
-    if let Some(d) = target.iter().find(|d| !d.is_nonnegative()) {
-        bail!(
-            "`expand` target {} has a negative dim {d}",
-            Shape(target.to_vec())
-        );
-    }
-    Ok(())
-}
 
 impl OpDef for Expand {
     fn mnemonic(&self) -> &'static str {
@@ -51,7 +44,7 @@ impl OpDef for Expand {
         let Some(target) = shape.dims_value() else {
             bail!("`expand` target shape must be known at compile time");
         };
-        check_target(&target)?;
+        check_nonnegative_dims("expand", "target", &target)?;
         let out = broadcast_shapes(&x.ty.shape, &Shape(target))
             .map_err(|e| OpError(format!("`expand` of {}: {e}", x.ty)))?;
         let ty = TensorType::new(x.ty.dtype, out);
@@ -78,7 +71,11 @@ impl OpDef for Expand {
             );
         }
         let target = shape.to_i64_vec();
-        check_target(&target.iter().map(|&v| Dim::fixed(v)).collect::<Vec<_>>())?;
+        check_nonnegative_dims(
+            "expand",
+            "target",
+            &target.iter().map(|&v| Dim::fixed(v)).collect::<Vec<_>>(),
+        )?;
         let target: Vec<usize> = target.into_iter().map(|v| v as usize).collect();
         let out = broadcast_fixed(x.shape(), &target)?;
         let idx = source_indices(x.shape(), &out);

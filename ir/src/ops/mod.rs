@@ -276,6 +276,17 @@ pub fn check_arity(op: &str, inputs: usize, min: usize, max: usize) -> Result<()
     Ok(())
 }
 
+/// Fails if a shape operand (`what` of `op`) has a dim that may be negative.
+pub fn check_nonnegative_dims(op: &str, what: &str, dims: &[Dim]) -> Result<(), OpError> {
+    if let Some(d) = dims.iter().find(|d| !d.is_nonnegative()) {
+        bail!(
+            "`{op}` {what} {} has a negative dim {d}",
+            crate::shape::Shape(dims.to_vec())
+        );
+    }
+    Ok(())
+}
+
 /// Normalises a possibly negative axis against `rank`.
 pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
     let r = rank as i64;
