@@ -1,8 +1,8 @@
-//! Single-threaded kernel throughput of the cpu backend on this host.
+//! Kernel throughput of the cpu backend on this host.
 //!
 //! ```sh
 //! cargo run --release -p slmcc-backends --example bench            # matmul shapes
-//! cargo run --release -p slmcc-backends --example bench -- all      # + attention, softmax, swiglu
+//! cargo run --release -p slmcc-backends --example bench -- all      # + swiglu, attention, softmax
 //! cargo run --release -p slmcc-backends --example bench -- all libm # transcendentals by libm calls
 //! cargo run --release -p slmcc-backends --example bench -- nofma    # separate multiply and add
 //! ```
@@ -11,11 +11,14 @@
 //! inputs here: the kernel reads them from a buffer either way), called
 //! directly through its function pointer on preallocated buffers, timed
 //! in 15 rounds of ~0.1 s each; the best round is printed (the one least
-//! disturbed by other load on the host).
+//! disturbed by other load on the host). The matrix products are timed
+//! three ways: the generated GEMM (`host_gemm: false`), and the host GEMM
+//! ([`slmcc_backends::cpu::hostgemm`]) on 1 and on 2 threads
+//! (`set_threads`); the other ops run on one thread.
 
 use std::time::Instant;
 
-use slmcc_backends::cpu::{CpuOptions, JitProgram};
+use slmcc_backends::cpu::{set_threads, CpuOptions, JitProgram};
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::glu::Glu;
 use slmcc_ir::ops::matmul::MatMul;
@@ -82,35 +85,69 @@ fn time(op: Op, shapes: &[Vec<usize>], options: &CpuOptions) -> f64 {
     best
 }
 
+/// GFLOP/s of `flops` per call on the generated GEMM, then on the host
+/// GEMM with 1 and 2 threads.
+fn products(op: &Op, shapes: &[Vec<usize>], flops: f64, options: &CpuOptions) -> [f64; 3] {
+    let generated = CpuOptions {
+        host_gemm: false,
+        ..*options
+    };
+    let host = CpuOptions {
+        host_gemm: true,
+        ..*options
+    };
+    let mut out = [0.0; 3];
+    for (i, (opts, threads)) in [(generated, 1), (host, 1), (host, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        set_threads(threads);
+        out[i] = flops / time(op.clone(), shapes, &opts) / 1e9;
+    }
+    set_threads(1);
+    out
+}
+
 fn main() {
     let all = std::env::args().any(|a| a == "all");
     let options = CpuOptions {
         fast_math: !std::env::args().any(|a| a == "libm"),
         fma: !std::env::args().any(|a| a == "nofma"),
+        host_gemm: true,
     };
-    println!("single-threaded, best of 15 rounds, {options:?}");
-    for (m, k, n) in [(128, 512, 1408), (32, 512, 512), (1, 512, 8000)] {
-        let s = time(Op::MatMul(MatMul), &[vec![m, k], vec![k, n]], &options);
-        let gflops = 2.0 * (m * k * n) as f64 / s / 1e9;
-        println!(
-            "matmul {m}x{k}x{n}: {:9.1} us  {gflops:6.2} GFLOP/s",
-            s * 1e6
+    println!("best of 15 rounds, {options:?}");
+    println!("GFLOP/s                     generated  host×1  host×2");
+    for (m, k, n) in [
+        (1, 512, 1408),
+        (1, 512, 8000),
+        (8, 512, 1408),
+        (32, 512, 512),
+        (128, 512, 1408),
+        (128, 512, 8000),
+    ] {
+        let flops = 2.0 * (m * k * n) as f64;
+        let [g, h1, h2] = products(
+            &Op::MatMul(MatMul),
+            &[vec![m, k], vec![k, n]],
+            flops,
+            &options,
         );
+        println!("matmul {m:>3}x{k}x{n:<5}         {g:7.1} {h1:7.1} {h2:7.1}");
     }
     if !all {
         return;
     }
-    let (m, k, n) = (128, 512, 1408);
-    let s = time(
-        Op::Glu(Glu::swiglu()),
-        &[vec![m, k], vec![k, n], vec![k, n]],
-        &options,
-    );
-    let gflops = 4.0 * (m * k * n) as f64 / s / 1e9;
-    println!(
-        "swiglu {m}x{k}x{n}: {:9.1} us  {gflops:6.2} GFLOP/s",
-        s * 1e6
-    );
+    for (m, k, n) in [(1, 512, 1408), (32, 512, 1408), (128, 512, 1408)] {
+        let flops = 4.0 * (m * k * n) as f64;
+        let [g, h1, h2] = products(
+            &Op::Glu(Glu::swiglu()),
+            &[vec![m, k], vec![k, n], vec![k, n]],
+            flops,
+            &options,
+        );
+        println!("swiglu {m:>3}x{k}x{n:<5}         {g:7.1} {h1:7.1} {h2:7.1}");
+    }
+    set_threads(1);
     let s = time(
         Op::Softmax(Softmax { axis: -1 }),
         &[vec![8, 128, 128]],

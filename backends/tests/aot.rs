@@ -14,6 +14,8 @@ use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::cast::Cast;
 use slmcc_ir::ops::gather::Gather;
+use slmcc_ir::ops::gather_elements::GatherElements;
+use slmcc_ir::ops::gather_nd::GatherNd;
 use slmcc_ir::ops::gelu::GeluApprox;
 use slmcc_ir::ops::glu::Glu;
 use slmcc_ir::ops::layer_norm::LayerNorm;
@@ -236,6 +238,74 @@ fn every_kernel_family_compiles_for_aarch64() {
         ),
     ];
     for (op, operands) in cases.into_iter().chain(fused) {
+        let m = one_node(&op, &operands).unwrap();
+        let what = slmcc_ir::OpDef::mnemonic(&op);
+        let obj = compile_object(&m.graphs[0], AARCH64_LINUX, "k", &CpuOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let file = object::File::parse(&*obj.bytes).unwrap();
+        assert_eq!(file.architecture(), Architecture::Aarch64, "{what}");
+    }
+}
+
+/// The element-wise kernels on 16-bit floats (vector loads, narrowing
+/// stores) and small integers, integer `div`/`pow` (the `f64` helper) and
+/// the gathers with run-time indices compile for aarch64 too.
+#[test]
+fn dtype_kernels_compile_for_aarch64() {
+    let mut rng = Lcg(9);
+    let x = rng.tensor(&[3, 7, 9], 4.0);
+    let h = x.cast(DType::F16);
+    let i = rng.ints(&[3, 7, 9], -50, 50);
+    let nz = Tensor::from_i64(vec![9], (1..=9).collect());
+    let cases: Vec<(Op, Vec<(Tensor, Kind)>)> = vec![
+        (
+            Binary::new(BinaryKind::Mul).into(),
+            vec![(h.clone(), Kind::Input), (h.clone(), Kind::Input)],
+        ),
+        (
+            Unary::new(UnaryKind::Exp).into(),
+            vec![(x.cast(DType::BF16), Kind::Input)],
+        ),
+        (
+            Cast { to: DType::F16 }.into(),
+            vec![(x.clone(), Kind::Input)],
+        ),
+        (
+            Cast { to: DType::I8 }.into(),
+            vec![(h.clone(), Kind::Input)],
+        ),
+        (
+            Binary::new(BinaryKind::Div).into(),
+            vec![
+                (i.cast(DType::I8), Kind::Input),
+                (nz.cast(DType::I8), Kind::Input),
+            ],
+        ),
+        (
+            Binary::new(BinaryKind::Mod).into(),
+            vec![(i.clone(), Kind::Input), (nz.clone(), Kind::Input)],
+        ),
+        (
+            Binary::new(BinaryKind::Pow).into(),
+            vec![
+                (i.cast(DType::U8), Kind::Input),
+                (nz.cast(DType::U8), Kind::Input),
+            ],
+        ),
+        (
+            Binary::new(BinaryKind::Pow).into(),
+            vec![(x.clone(), Kind::Input), (nz.cast(DType::I32), Kind::Input)],
+        ),
+        (
+            GatherNd { batch_dims: 1 }.into(),
+            vec![(h, Kind::Input), (rng.ints(&[3, 4, 1], -7, 6), Kind::Input)],
+        ),
+        (
+            GatherElements { axis: 2 }.into(),
+            vec![(x, Kind::Input), (rng.ints(&[3, 7, 2], -9, 8), Kind::Input)],
+        ),
+    ];
+    for (op, operands) in cases {
         let m = one_node(&op, &operands).unwrap();
         let what = slmcc_ir::OpDef::mnemonic(&op);
         let obj = compile_object(&m.graphs[0], AARCH64_LINUX, "k", &CpuOptions::default())

@@ -263,7 +263,7 @@ fn run_on_the_cpu_backend_names_the_first_unsupported_node() {
     let model = dir.join("m.slm");
     std::fs::write(
         &model,
-        "module @m {\n  graph @main(%x: f32[seq]) -> (i64[seq]) {\n    %e = exp %x : f32[seq]\n    %i = cast %e {to = i64} : i64[seq]\n    %j = cast %x {to = i64} : i64[seq]\n    %c = div %i, %j : i64[seq]\n    return %c\n  }\n}\n",
+        "module @m {\n  graph @main(%x: f32[seq]) -> (f16[seq]) {\n    %e = exp %x : f32[seq]\n    %h = cast %e {to = f16} : f16[seq]\n    %j = add %h, %h : f16[seq]\n    %c = softmax %j {axis = 0} : f16[seq]\n    return %c\n  }\n}\n",
     )
     .unwrap();
     let input = dir.join("x.npy");
@@ -279,7 +279,7 @@ fn run_on_the_cpu_backend_names_the_first_unsupported_node() {
             "--input",
             &spec,
         ],
-        "node %c (`div`): cpu backend: op `div` on i64 is not supported by the cpu backend yet",
+        "node %c (`softmax`): cpu backend: op `softmax` on f16 is not supported by the cpu backend yet",
     );
 }
 

@@ -265,7 +265,8 @@ impl Tensor {
 
     /// Converts to another dtype with ONNX `Cast` semantics: floats to
     /// integers truncate toward zero and saturate, numbers to bool are `!= 0`,
-    /// 4-bit targets clamp to their range.
+    /// 4-bit targets clamp to their range; 16-bit floats are rounded to
+    /// nearest even from the value as `f32`, on every host.
     pub fn cast(&self, to: DType) -> Tensor {
         if to == self.dtype() {
             return self.clone();
@@ -286,10 +287,19 @@ impl Tensor {
         };
         let data = match to {
             DType::F32 => TensorData::F32((0..n).map(|i| self.get_f64(i) as f32).collect()),
-            DType::F16 => TensorData::F16((0..n).map(|i| f16::from_f64(self.get_f64(i))).collect()),
-            DType::BF16 => {
-                TensorData::BF16((0..n).map(|i| bf16::from_f64(self.get_f64(i))).collect())
-            }
+            // Through `f32` (exact for floats, how integers become floats),
+            // then rounded once to nearest even: `half`'s `from_f64` drops
+            // low bits before rounding on some hosts (always for `bf16`).
+            DType::F16 => TensorData::F16(
+                (0..n)
+                    .map(|i| f16::from_f32(self.get_f64(i) as f32))
+                    .collect(),
+            ),
+            DType::BF16 => TensorData::BF16(
+                (0..n)
+                    .map(|i| bf16::from_f32(self.get_f64(i) as f32))
+                    .collect(),
+            ),
             DType::I64 => TensorData::I64((0..n).map(int).collect()),
             DType::I32 => TensorData::I32((0..n).map(|i| int(i) as i32).collect()),
             DType::I8 => TensorData::I8((0..n).map(|i| int(i) as i8).collect()),
@@ -430,6 +440,31 @@ mod tests {
             &[true, true, false, true]
         );
         assert_eq!(t.cast(DType::I4).to_i64_vec(), vec![-1, 2, 0, 0]);
+    }
+
+    #[test]
+    fn sixteen_bit_floats_round_from_f32_to_nearest_even() {
+        // Above the halfway point only by the f32's lowest mantissa bits.
+        let x = f32::from_bits(0x3f80_8001);
+        let t = Tensor::from_f32(vec![2], vec![x, f32::from_bits(0x3f80_8000)]);
+        let TensorData::BF16(b) = t.cast(DType::BF16).into_data() else {
+            unreachable!()
+        };
+        assert_eq!(
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            [0x3f81, 0x3f80]
+        );
+        let h = Tensor::from_f32(
+            vec![2],
+            vec![1.0 + 2f32.powi(-11) + 2f32.powi(-23), 65520.0],
+        );
+        let TensorData::F16(h) = h.cast(DType::F16).into_data() else {
+            unreachable!()
+        };
+        assert_eq!(
+            h.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            [0x3c01, 0x7c00]
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! Each kernel is an exported function `{prefix}_{node}_{mnemonic}` with the
 //! kernel ABI of [`super`]; constants are read-only data of the object; the
 //! math helpers are undefined symbols (`slmcc_expf`, ...) that the runtime
-//! linking the object provides ([`super::math`] defines them). The object is
+//! linking the object provides ([`super::math`] defines them); the host
+//! GEMM ([`super::hostgemm`]) is never called, whatever the options say:
+//! matrix products use the generated GEMM. The object is
 //! position independent. `slmcc compile --cpu aarch64` puts one per bucket
 //! in the package; loading it on the board is the runtime's part, still to
 //! come.
@@ -46,7 +48,13 @@ pub fn compile_object(
     let builder = ObjectBuilder::new(isa, prefix.as_bytes().to_vec(), default_libcall_names())
         .map_err(|e| CpuError::Codegen(format!("object for `{triple}`: {e}")))?;
     let mut module = ObjectModule::new(builder);
-    let kernels = compile_kernels(&mut module, graph, options, prefix, Linkage::Export)?
+    // The host GEMM is a function of this process, not of the target: an
+    // object keeps the generated GEMM.
+    let options = CpuOptions {
+        host_gemm: false,
+        ..*options
+    };
+    let kernels = compile_kernels(&mut module, graph, &options, prefix, Linkage::Export)?
         .into_iter()
         .map(|(spec, _)| spec)
         .collect();

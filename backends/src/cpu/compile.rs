@@ -145,6 +145,7 @@ pub fn compile_kernels(
         let lowered = {
             let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let mut kb = KernelBuilder::new(b, module, nbufs, fma, options.fast_math);
+            kb.host_gemm = options.host_gemm;
             let r = lower_node(&mut kb, &node.op, &sig);
             if r.is_ok() {
                 kb.finish();

@@ -25,8 +25,25 @@ use super::CpuError;
 
 /// Status a kernel returns: 0 is success.
 pub const STATUS_OK: i64 = 0;
-/// Status of a kernel that met an index out of range (`gather`).
+/// Status of a kernel that met an index out of range (`gather`,
+/// `gather_nd`, `gather_elements`).
 pub const STATUS_INDEX_OUT_OF_RANGE: i64 = 1;
+/// Status of a kernel that met an integer division by zero (`div`, `mod`).
+pub const STATUS_DIVISION_BY_ZERO: i64 = 2;
+/// Status of a `kv_write` whose positions have no cache slot: past the
+/// capacity of a cache without a window (the context is full), or
+/// negative. Nothing is written.
+pub const STATUS_CONTEXT_FULL: i64 = 3;
+
+/// What a kernel's non-zero status means, for error messages.
+pub fn status_message(status: i64) -> &'static str {
+    match status {
+        STATUS_INDEX_OUT_OF_RANGE => "index out of range",
+        STATUS_DIVISION_BY_ZERO => "integer division by zero",
+        STATUS_CONTEXT_FULL => "KV cache position out of range (the context is full)",
+        _ => "cpu kernel failed",
+    }
+}
 
 /// How many elements one step of a loop body handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +111,9 @@ pub struct KernelBuilder<'a> {
     /// ([`KernelBuilder::f32c_local`]) instead of letting them be hoisted:
     /// for kernels whose hot loop needs every vector register (the GEMM).
     pub local_constants: bool,
+    /// Large matrix products call the host GEMM
+    /// ([`super::CpuOptions::host_gemm`]; JIT only).
+    pub host_gemm: bool,
 }
 
 impl<'a> KernelBuilder<'a> {
@@ -125,6 +145,7 @@ impl<'a> KernelBuilder<'a> {
             fma,
             fast_math,
             local_constants: false,
+            host_gemm: false,
         }
     }
 
@@ -458,7 +479,8 @@ impl<'a> KernelBuilder<'a> {
         self.b.ins().fcmp(cc, a, b)
     }
 
-    /// Calls a math helper on scalars, or lane by lane on vectors.
+    /// Calls a math helper on scalars, or lane by lane on vectors (of
+    /// `f32`: the `f64` helpers take scalars).
     pub fn math(&mut self, f: MathFn, args: &[Value], w: Width) -> Result<Value, CpuError> {
         let fref = self.math_ref(f)?;
         match w {
@@ -487,10 +509,11 @@ impl<'a> KernelBuilder<'a> {
             return Ok(r);
         }
         let mut sig = Signature::new(self.module.isa().default_call_conv());
+        let ty = if f.double() { types::F64 } else { types::F32 };
         for _ in 0..f.arity() {
-            sig.params.push(AbiParam::new(types::F32));
+            sig.params.push(AbiParam::new(ty));
         }
-        sig.returns.push(AbiParam::new(types::F32));
+        sig.returns.push(AbiParam::new(ty));
         let id = self
             .module
             .declare_function(f.symbol(), Linkage::Import, &sig)
@@ -498,6 +521,26 @@ impl<'a> KernelBuilder<'a> {
         let r = self.module.declare_func_in_func(id, self.b.func);
         self.imported.insert(f, r);
         Ok(r)
+    }
+
+    /// Declares the host function `symbol` (platform C convention, `params`
+    /// in, `returns` out) for calls from this kernel; the JIT links it, an
+    /// object file leaves it undefined.
+    pub fn import_host(
+        &mut self,
+        symbol: &str,
+        params: &[Type],
+        returns: &[Type],
+    ) -> Result<FuncRef, CpuError> {
+        let mut sig = Signature::new(self.module.isa().default_call_conv());
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns
+            .extend(returns.iter().map(|&t| AbiParam::new(t)));
+        let id = self
+            .module
+            .declare_function(symbol, Linkage::Import, &sig)
+            .map_err(|e| CpuError::Codegen(format!("declaring {symbol}: {e}")))?;
+        Ok(self.module.declare_func_in_func(id, self.b.func))
     }
 
     /// Returns `status` from the kernel when `cond` is set, else goes on.

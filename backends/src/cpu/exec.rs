@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use slmcc_ir::{DType, Graph, Module, Tensor, ValueDef, ValueId};
 
 use super::compile::static_shape;
-use super::emit::STATUS_INDEX_OUT_OF_RANGE;
+use super::emit::{
+    status_message, STATUS_CONTEXT_FULL, STATUS_DIVISION_BY_ZERO, STATUS_INDEX_OUT_OF_RANGE,
+};
 use super::jit::JitProgram;
 use super::{CpuError, CpuOptions};
 
@@ -171,6 +173,16 @@ impl CpuExecutor {
                 &self.graph_name,
                 Some(&self.labels[k]),
                 "index out of range".into(),
+            )),
+            STATUS_CONTEXT_FULL => Err(run_error(
+                &self.graph_name,
+                Some(&self.labels[k]),
+                status_message(STATUS_CONTEXT_FULL).into(),
+            )),
+            STATUS_DIVISION_BY_ZERO => Err(run_error(
+                &self.graph_name,
+                Some(&self.labels[k]),
+                status_message(STATUS_DIVISION_BY_ZERO).into(),
             )),
             s => Err(run_error(
                 &self.graph_name,

@@ -6,6 +6,7 @@ use cranelift_module::{default_libcall_names, Linkage};
 use slmcc_ir::Graph;
 
 use super::compile::{compile_kernels, host_isa, KernelSpec};
+use super::hostgemm;
 use super::math::host_symbols;
 use super::{CpuError, CpuOptions};
 
@@ -39,7 +40,7 @@ impl JitProgram {
     pub fn compile(graph: &Graph, options: &CpuOptions) -> Result<JitProgram, CpuError> {
         let isa = host_isa()?;
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
-        for (name, ptr) in host_symbols() {
+        for (name, ptr) in host_symbols().into_iter().chain(hostgemm::host_symbols()) {
             builder.symbol(name, ptr);
         }
         let mut module = JITModule::new(builder);

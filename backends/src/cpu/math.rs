@@ -1,5 +1,6 @@
 //! Scalar math helpers that kernels call: the transcendental functions
-//! Cranelift has no instruction for.
+//! Cranelift has no instruction for (on `f32`, and `pow` on `f64`, which
+//! integer `pow` uses).
 //!
 //! Each helper is an `extern "C"` function under a fixed symbol name
 //! (`slmcc_expf`, ...) that computes exactly what the op's reference
@@ -27,10 +28,12 @@ pub enum MathFn {
     Mod,
     GeluErf,
     GeluTanh,
+    /// `pow` in `f64`, which the reference uses for integer `pow`.
+    PowF64,
 }
 
 impl MathFn {
-    pub const ALL: [MathFn; 11] = [
+    pub const ALL: [MathFn; 12] = [
         MathFn::Exp,
         MathFn::Log,
         MathFn::Erf,
@@ -42,6 +45,7 @@ impl MathFn {
         MathFn::Mod,
         MathFn::GeluErf,
         MathFn::GeluTanh,
+        MathFn::PowF64,
     ];
 
     /// The symbol kernels import.
@@ -58,15 +62,21 @@ impl MathFn {
             MathFn::Mod => "slmcc_modf",
             MathFn::GeluErf => "slmcc_gelu_erff",
             MathFn::GeluTanh => "slmcc_gelu_tanhf",
+            MathFn::PowF64 => "slmcc_pow",
         }
     }
 
-    /// Number of `f32` arguments.
+    /// Number of arguments.
     pub fn arity(self) -> usize {
         match self {
-            MathFn::Pow | MathFn::Mod => 2,
+            MathFn::Pow | MathFn::Mod | MathFn::PowF64 => 2,
             _ => 1,
         }
+    }
+
+    /// Whether the arguments and the result are `f64` (else `f32`).
+    pub fn double(self) -> bool {
+        self == MathFn::PowF64
     }
 
     /// The host function, as a pointer the JIT links against.
@@ -83,6 +93,7 @@ impl MathFn {
             MathFn::Mod => slmcc_modf as *const u8,
             MathFn::GeluErf => slmcc_gelu_erff as *const u8,
             MathFn::GeluTanh => slmcc_gelu_tanhf as *const u8,
+            MathFn::PowF64 => slmcc_pow as *const u8,
         }
     }
 }
@@ -142,4 +153,8 @@ pub extern "C" fn slmcc_gelu_erff(x: f32) -> f32 {
 
 pub extern "C" fn slmcc_gelu_tanhf(x: f32) -> f32 {
     GeluApprox::Tanh.apply(x)
+}
+
+pub extern "C" fn slmcc_pow(a: f64, b: f64) -> f64 {
+    a.powf(b)
 }

@@ -13,9 +13,11 @@
 //! provides (sized for the static type, little-endian, `bool` as one byte),
 //! so an executor can place every value in a planned arena and run a step
 //! without allocating. Kernels never allocate, never trap on data (a
-//! `gather` index out of range returns [`emit::STATUS_INDEX_OUT_OF_RANGE`]),
+//! gather index out of range returns [`emit::STATUS_INDEX_OUT_OF_RANGE`],
+//! an integer division by zero [`emit::STATUS_DIVISION_BY_ZERO`]),
 //! and only call the math helpers of [`math`], which the JIT links to the
-//! host functions and an AOT object imports.
+//! host functions and an AOT object imports (and, JIT only, the host GEMM
+//! of [`hostgemm`]).
 //!
 //! Shapes are baked in: loop bounds, strides and broadcast patterns are
 //! constants, so loops are counted with static trip counts, dims that every
@@ -27,10 +29,17 @@
 //! it); `attention` tiles over keys with its scores on the stack. Kernels'
 //! only scratch is stack memory of bounded size (see `docs/ARCHITECTURE.md`).
 //!
+//! On the host (JIT), large matrix products instead call the host GEMM
+//! [`hostgemm`] (`slmcc_sgemm`, built on the `gemm` crate's micro-kernels,
+//! linked like the math helpers; [`CpuOptions::host_gemm`]), which alone
+//! uses several threads ([`set_threads`], the pool of [`threads`]). AOT
+//! objects keep the generated GEMM.
+//!
 //! Numerics: with [`CpuOptions::exact`] every kernel reproduces the
 //! reference evaluation bit for bit (the same IEEE operations in the same
-//! order, the same math functions). The default adds FMA (matmul-like ops
-//! differ by a few ulps) and `fast_math` (the inline vector exp of
+//! order, the same math functions; no host GEMM). The default adds FMA
+//! and the host GEMM (matmul-like ops differ by a few ulps) and
+//! `fast_math` (the inline vector exp of
 //! [`vmath`] and vector partial sums in softmax and attention, within
 //! ~1e-6 relative). See `docs/ARCHITECTURE.md` for what is lowered.
 //!
@@ -38,26 +47,31 @@
 //! per op family), [`compile`] (a graph into kernels of any Cranelift
 //! module), [`jit`] (host JIT), [`exec`] (a simple executor), [`aot`]
 //! (object files for aarch64), [`specialize`] (binding symbols), [`math`]
-//! (the helpers kernels call), [`vmath`] (inline vector math).
+//! (the helpers kernels call), [`vmath`] (inline vector math),
+//! [`hostgemm`] (the host GEMM kernels call), [`threads`] (the kernels'
+//! thread count and pool).
 
 pub mod aot;
 pub mod compile;
 pub mod emit;
 pub mod exec;
+pub mod hostgemm;
 pub mod jit;
 pub mod lower;
 pub mod math;
 pub mod specialize;
+pub mod threads;
 pub mod vmath;
 
 pub use exec::CpuExecutor;
 pub use jit::{JitProgram, KernelFn};
 pub use specialize::specialize;
+pub use threads::{set_threads, threads};
 
 /// The version of the cpu kernel library: the kernel ABI and what each op
 /// lowers to. Packages record it in their version set; bump it when the ABI
 /// or a kernel's results change.
-pub const KERNEL_LIBRARY: &str = "slmcc-cpu-kernels 2 (cranelift 0.135)";
+pub const KERNEL_LIBRARY: &str = "slmcc-cpu-kernels 3 (cranelift 0.135, gemm 0.19)";
 
 /// Code generation choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +84,12 @@ pub struct CpuOptions {
     /// partial sums (softmax, attention): within ~1e-6 relative of the
     /// reference instead of bit-exact.
     pub fast_math: bool,
+    /// Large `matmul`s and the products of `swiglu`/`geglu` call the host
+    /// GEMM ([`hostgemm`], the `gemm` crate's micro-kernels, threaded by
+    /// [`set_threads`]) instead of the generated GEMM. Only for the JIT:
+    /// an AOT object ([`aot`]) always gets the generated GEMM. FMA-like
+    /// numerics (a few ulps from the reference).
+    pub host_gemm: bool,
 }
 
 impl CpuOptions {
@@ -79,6 +99,7 @@ impl CpuOptions {
         CpuOptions {
             fma: false,
             fast_math: false,
+            host_gemm: false,
         }
     }
 }
@@ -88,6 +109,7 @@ impl Default for CpuOptions {
         CpuOptions {
             fma: true,
             fast_math: true,
+            host_gemm: true,
         }
     }
 }

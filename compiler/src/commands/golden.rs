@@ -24,7 +24,10 @@ use crate::exit::{CmdResult, Failure};
 
 pub fn run(args: GoldenArgs) -> CmdResult {
     match args.action {
-        GoldenAction::Check(a) => check(a),
+        GoldenAction::Check(a) => {
+            slmcc_backends::cpu::set_threads(a.threads.into());
+            check(a)
+        }
         GoldenAction::Record(_) => Err(anyhow!(
             "`slmcc golden record` is not yet supported in this version (goldens are recorded from onnxruntime by testdata/models/goldens.py)"
         )

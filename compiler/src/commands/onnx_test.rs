@@ -22,6 +22,7 @@ const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
 
 pub fn run(args: OnnxTestArgs) -> CmdResult {
+    slmcc_backends::cpu::set_threads(args.threads.into());
     let backend = Backend::parse(&args.backend)?;
     for d in &args.dirs {
         if !d.is_dir() {

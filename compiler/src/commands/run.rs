@@ -19,6 +19,7 @@ use crate::cli::RunArgs;
 use crate::exit::CmdResult;
 
 pub fn run(args: RunArgs) -> CmdResult {
+    slmcc_backends::cpu::set_threads(args.threads.into());
     // A package runs on its target (cpu) unless told otherwise.
     let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
     let default_backend = if is_package { "cpu" } else { "reference" };

@@ -22,6 +22,10 @@
 //!   accumulated output row by `exp(M_old - M_new)`; the row is divided by
 //!   `L` at the end. Within ~1e-6 relative of the reference.
 //!
+//! With a bool mask the range is narrowed further to the first .. last
+//! kept key of the row (the keys cut off are masked: weight exactly 0), so
+//! attention over a KV cache visits the filled slots, not its capacity.
+//!
 //! A row whose every key is masked (empty range, or every score `-inf`)
 //! is zeros, as in the reference. Under `fast_math` the dot products run in
 //! `f32x4` partial sums, `exp` is the vector polynomial and the sums use
@@ -445,6 +449,63 @@ fn key_range(kb: &mut KernelBuilder, plan: &Plan, i: Value) -> (Value, Value) {
     (lo, hi)
 }
 
+/// With a bool mask, narrows `[lo, hi)` to the keys from the first kept
+/// one to the last (a KV cache's mask keeps a prefix of its slots, so a
+/// decode step visits the filled slots, not the whole capacity). The keys
+/// cut off are masked: their score is `-inf`, their weight exactly `0`, so
+/// skipping them changes nothing in the reference's order of operations.
+fn trim_to_kept(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    row: Row,
+    lo: Value,
+    hi: Value,
+) -> (Value, Value) {
+    let (Some(m), Some((true, st))) = (row.mask, &plan.mask) else {
+        return (lo, hi);
+    };
+    let step = st[3];
+    // hi: while hi > lo and mask[hi - 1] is false, hi -= 1.
+    let hi = scan(kb, m, step, hi, lo, -1);
+    // lo: while lo < hi and mask[lo] is false, lo += 1.
+    let lo = scan(kb, m, step, lo, hi, 1);
+    (lo, hi)
+}
+
+/// Moves `from` towards `limit` by `dir` (±1) while the mask byte it would
+/// cross (`from - 1` going down, `from` going up) is `0`; returns where it
+/// stops.
+fn scan(kb: &mut KernelBuilder, m: Value, step: i64, from: Value, limit: Value, dir: i64) -> Value {
+    let head = kb.b.create_block();
+    let body = kb.b.create_block();
+    let exit = kb.b.create_block();
+    let j = kb.b.append_block_param(head, types::I64);
+    let out = kb.b.append_block_param(exit, types::I64);
+    kb.b.ins().jump(head, &[from.into()]);
+    kb.b.switch_to_block(head);
+    let cc = if dir < 0 {
+        IntCC::SignedGreaterThan
+    } else {
+        IntCC::SignedLessThan
+    };
+    let more = kb.b.ins().icmp(cc, j, limit);
+    kb.b.ins().brif(more, body, &[], exit, &[j.into()]);
+    kb.b.switch_to_block(body);
+    let at = if dir < 0 {
+        kb.b.ins().iadd_imm_s(j, -1)
+    } else {
+        j
+    };
+    let p = kb.index(m, at, step);
+    let keep = kb.load(types::I8, ptr(p), Width::Scalar);
+    let masked = kb.b.ins().icmp_imm_s(IntCC::Equal, keep, 0);
+    let next = kb.b.ins().iadd_imm_s(j, dir);
+    kb.b.ins()
+        .brif(masked, head, &[next.into()], exit, &[j.into()]);
+    kb.b.switch_to_block(exit);
+    out
+}
+
 fn attend_row(
     kb: &mut KernelBuilder,
     plan: &Plan,
@@ -454,6 +515,7 @@ fn attend_row(
 ) -> Result<(), CpuError> {
     zero_row(kb, plan, row.out);
     let (lo, hi) = key_range(kb, plan, row.i);
+    let (lo, hi) = trim_to_kept(kb, plan, row, lo, hi);
     if plan.t <= tile {
         // One tile: the reference's order.
         let len = kb.b.ins().isub(hi, lo);

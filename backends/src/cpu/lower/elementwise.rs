@@ -2,31 +2,40 @@
 //! `where` and `gelu`.
 //!
 //! All go through one loop nest over the result shape, each operand read
-//! with its broadcast strides. `f32 → f32` ops run the contiguous innermost
-//! dim in `f32x4` vectors (transcendentals call their helper lane by lane);
-//! ops with `bool` or integer data run scalar. Every element is computed
-//! with the operation the reference evaluation uses (the same IEEE `f32`
-//! operation or the same helper), so results are bit-exact, up to the sign
+//! with its broadcast strides and held as [`dtype`] says: floats (`f32`,
+//! `f16`, `bf16`) in `f32`, integers at their width. Float ops run the
+//! contiguous innermost dim in vectors of four (transcendentals call their
+//! helper lane by lane, 16-bit floats convert lane-wise); ops with `bool`
+//! or integer data run scalar (integer arithmetic is in [`integer`]).
+//! Every element is computed with the operation the reference evaluation
+//! uses (the same IEEE `f32` operation or the same helper, the same
+//! rounding to 16-bit floats), so results are bit-exact, up to the sign
 //! of a zero `max`/`min` and the payload of NaNs.
+//!
+//! [`dtype`]: super::dtype
+//! [`integer`]: super::integer
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, Type, Value};
+use cranelift_codegen::ir::{types, InstBuilder, Value};
 use slmcc_ir::ops::binary::BinaryKind;
 use slmcc_ir::ops::gelu::GeluApprox;
 use slmcc_ir::ops::unary::UnaryKind;
 use slmcc_ir::DType;
 
-use super::{clif_type, unsupported, NodeSig};
+use super::{dtype, integer, movement, unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, row_major, Access, KernelBuilder, Width};
 use crate::cpu::math::MathFn;
 use crate::cpu::CpuError;
 
 /// The body of an element-wise op: operand values to the result value.
-type ElemFn<'f> = dyn FnMut(&mut KernelBuilder, &[Value], Width) -> Result<Value, CpuError> + 'f;
+pub(super) type ElemFn<'f> =
+    dyn FnMut(&mut KernelBuilder, &[Value], Width) -> Result<Value, CpuError> + 'f;
 
 /// Emits the loop nest of an element-wise op with `sig.inputs.len()`
-/// operands and one result; `vector` when `f` accepts `f32x4` values.
-fn elementwise(
+/// operands and one result. Operands are loaded and the result stored as
+/// [`dtype`](super::dtype) holds them; `vector` when `f` accepts vectors
+/// of four (every operand and the result then must be a float).
+pub(super) fn elementwise(
     kb: &mut KernelBuilder,
     sig: &NodeSig,
     vector: bool,
@@ -49,15 +58,18 @@ fn elementwise(
         strides: row_major(&out.shape),
         elem_bytes: out.elem_bytes(),
     });
-    let in_tys: Vec<Type> = sig
-        .inputs
-        .iter()
-        .map(|o| clif_type(o.dtype))
-        .collect::<Result<_, _>>()?;
+    let in_dts: Vec<DType> = sig.inputs.iter().map(|o| o.dtype).collect();
+    for &d in in_dts.iter().chain([&out.dtype]) {
+        dtype::compute_type(d)?;
+    }
+    let vector = vector && in_dts.iter().chain([&out.dtype]).all(|d| d.is_float());
+    let out_dt = out.dtype;
     kb.nest(&out.shape, &accesses, vector.then_some(4), |kb, ptrs, w| {
-        let args: Vec<Value> = (0..n_in).map(|k| kb.load(in_tys[k], ptrs[k], w)).collect();
+        let args: Vec<Value> = (0..n_in)
+            .map(|k| dtype::load(kb, in_dts[k], ptrs[k], w))
+            .collect::<Result<_, _>>()?;
         let v = f(kb, &args, w)?;
-        kb.store(v, ptrs[n_in]);
+        dtype::store(kb, out_dt, v, ptrs[n_in], w);
         Ok(())
     })
 }
@@ -65,7 +77,7 @@ fn elementwise(
 pub fn unary(kb: &mut KernelBuilder, kind: UnaryKind, sig: &NodeSig) -> Result<(), CpuError> {
     let name = kind.mnemonic();
     let dt = sig.inputs[0].dtype;
-    if dt == DType::F32 {
+    if dt.is_float() {
         let vector = !matches!(kind, UnaryKind::IsNan | UnaryKind::IsInf);
         return elementwise(kb, sig, vector, &mut |kb, a, w| {
             unary_f32(kb, kind, a[0], w)
@@ -76,23 +88,27 @@ pub fn unary(kb: &mut KernelBuilder, kind: UnaryKind, sig: &NodeSig) -> Result<(
         UnaryKind::Neg | UnaryKind::Abs | UnaryKind::Sign | UnaryKind::Relu
     );
     match dt {
-        DType::I64 | DType::I32 if int_kind => elementwise(kb, sig, false, &mut |kb, a, _| {
-            let x = a[0];
-            let ty = kb.b.func.dfg.value_type(x);
-            Ok(match kind {
-                UnaryKind::Neg => kb.b.ins().ineg(x),
-                UnaryKind::Abs => kb.b.ins().iabs(x),
-                UnaryKind::Relu => {
-                    let z = kb.b.ins().iconst(ty, 0);
-                    kb.b.ins().smax(x, z)
-                }
-                _ => {
-                    let (m1, p1) = (kb.b.ins().iconst(ty, -1), kb.b.ins().iconst(ty, 1));
-                    let lo = kb.b.ins().smax(x, m1);
-                    kb.b.ins().smin(lo, p1)
-                }
+        // The reference's `i64` results wrap back to the dtype, which is
+        // the same as computing at its width.
+        DType::I64 | DType::I32 | DType::I8 if int_kind => {
+            elementwise(kb, sig, false, &mut |kb, a, _| {
+                let x = a[0];
+                let ty = kb.b.func.dfg.value_type(x);
+                Ok(match kind {
+                    UnaryKind::Neg => kb.b.ins().ineg(x),
+                    UnaryKind::Abs => kb.b.ins().iabs(x),
+                    UnaryKind::Relu => {
+                        let z = kb.b.ins().iconst(ty, 0);
+                        kb.b.ins().smax(x, z)
+                    }
+                    _ => {
+                        let (m1, p1) = (kb.b.ins().iconst(ty, -1), kb.b.ins().iconst(ty, 1));
+                        let lo = kb.b.ins().smax(x, m1);
+                        kb.b.ins().smin(lo, p1)
+                    }
+                })
             })
-        }),
+        }
         DType::Bool if kind == UnaryKind::Not => elementwise(kb, sig, false, &mut |kb, a, _| {
             Ok(kb.b.ins().bxor_imm_s(a[0], 1))
         }),
@@ -152,6 +168,9 @@ fn unary_f32(
 pub fn binary(kb: &mut KernelBuilder, kind: BinaryKind, sig: &NodeSig) -> Result<(), CpuError> {
     let name = kind.mnemonic();
     let (da, db) = (sig.inputs[0].dtype, sig.inputs[1].dtype);
+    if kind == BinaryKind::Pow && da != db {
+        return integer::pow_mixed(kb, sig);
+    }
     if da != db {
         return Err(unsupported(name, format!("on {da} and {db}")));
     }
@@ -164,42 +183,24 @@ pub fn binary(kb: &mut KernelBuilder, kind: BinaryKind, sig: &NodeSig) -> Result
             })
         });
     }
-    match da {
-        DType::F32 => {
-            let vector = !kind.is_comparison();
-            elementwise(kb, sig, vector, &mut |kb, a, w| {
-                let (x, y) = (a[0], a[1]);
-                Ok(match kind {
-                    BinaryKind::Add => kb.b.ins().fadd(x, y),
-                    BinaryKind::Sub => kb.b.ins().fsub(x, y),
-                    BinaryKind::Mul => kb.b.ins().fmul(x, y),
-                    BinaryKind::Div => kb.b.ins().fdiv(x, y),
-                    BinaryKind::Max => kb.b.ins().fmax(x, y),
-                    BinaryKind::Min => kb.b.ins().fmin(x, y),
-                    BinaryKind::Pow => kb.math(MathFn::Pow, &[x, y], w)?,
-                    BinaryKind::Mod => kb.math(MathFn::Mod, &[x, y], w)?,
-                    cmp => kb.fcmp(float_cc(cmp), x, y),
-                })
+    if da.is_float() {
+        let vector = !kind.is_comparison();
+        return elementwise(kb, sig, vector, &mut |kb, a, w| {
+            let (x, y) = (a[0], a[1]);
+            Ok(match kind {
+                BinaryKind::Add => kb.b.ins().fadd(x, y),
+                BinaryKind::Sub => kb.b.ins().fsub(x, y),
+                BinaryKind::Mul => kb.b.ins().fmul(x, y),
+                BinaryKind::Div => kb.b.ins().fdiv(x, y),
+                BinaryKind::Max => kb.b.ins().fmax(x, y),
+                BinaryKind::Min => kb.b.ins().fmin(x, y),
+                BinaryKind::Pow => kb.math(MathFn::Pow, &[x, y], w)?,
+                BinaryKind::Mod => kb.math(MathFn::Mod, &[x, y], w)?,
+                cmp => kb.fcmp(float_cc(cmp), x, y),
             })
-        }
-        DType::I64 | DType::I32 => {
-            if matches!(kind, BinaryKind::Div | BinaryKind::Mod | BinaryKind::Pow) {
-                return Err(unsupported(name, format!("on {da}")));
-            }
-            elementwise(kb, sig, false, &mut |kb, a, _| {
-                let (x, y) = (a[0], a[1]);
-                Ok(match kind {
-                    BinaryKind::Add => kb.b.ins().iadd(x, y),
-                    BinaryKind::Sub => kb.b.ins().isub(x, y),
-                    BinaryKind::Mul => kb.b.ins().imul(x, y),
-                    BinaryKind::Max => kb.b.ins().smax(x, y),
-                    BinaryKind::Min => kb.b.ins().smin(x, y),
-                    cmp => kb.b.ins().icmp(int_cc(cmp), x, y),
-                })
-            })
-        }
-        d => Err(unsupported(name, format!("on {d}"))),
+        });
     }
+    integer::binary(kb, kind, sig)
 }
 
 /// Ordered comparisons: false when either side is NaN, as the reference's
@@ -214,68 +215,79 @@ fn float_cc(kind: BinaryKind) -> FloatCC {
     }
 }
 
-fn int_cc(kind: BinaryKind) -> IntCC {
-    match kind {
-        BinaryKind::Equal => IntCC::Equal,
-        BinaryKind::Less => IntCC::SignedLessThan,
-        BinaryKind::LessOrEqual => IntCC::SignedLessThanOrEqual,
-        BinaryKind::Greater => IntCC::SignedGreaterThan,
-        _ => IntCC::SignedGreaterThanOrEqual,
-    }
-}
-
-/// `cast` between `f32`, `i64`, `i32` and `bool` with [`Tensor::cast`]'s
-/// semantics: floats to integers truncate and saturate (NaN to 0) through
-/// `i64`, then wrap to `i32`; integers to `f32` round once through `f64`
-/// exactly as the reference does; anything to `bool` is `!= 0` (NaN is
-/// true).
+/// `cast` between any two of `f32`, `f16`, `bf16`, `i64`, `i32`, `i8`,
+/// `u8` and `bool`, with [`Tensor::cast`]'s semantics: floats to integers
+/// truncate and saturate (NaN to 0) through `i64`, then wrap to the
+/// narrower integer; integers to floats round once through `f64` to `f32`
+/// exactly as the reference does (then to the 16-bit float, as stores
+/// do); anything to `bool` is `!= 0` (NaN is true). A cast to the same
+/// dtype copies the bytes, as the reference returns the tensor itself.
 ///
 /// [`Tensor::cast`]: slmcc_ir::Tensor::cast
 pub fn cast(kb: &mut KernelBuilder, to: DType, sig: &NodeSig) -> Result<(), CpuError> {
     let from = sig.inputs[0].dtype;
-    let ok = |d: DType| matches!(d, DType::F32 | DType::I64 | DType::I32 | DType::Bool);
+    let ok = |d: DType| dtype::compute_type(d).is_ok();
     if !ok(from) || !ok(to) {
         return Err(unsupported("cast", format!("from {from} to {to}")));
     }
-    let vector = from == to && from == DType::F32;
+    if from == to {
+        return movement::same_layout(kb, "cast", sig);
+    }
+    let vector = from.is_float() && to.is_float();
     elementwise(kb, sig, vector, &mut |kb, a, _| {
         let x = a[0];
-        let out = clif_type(to)?;
-        let ins = &mut kb.b;
-        Ok(match (from, to) {
-            _ if from == to => x,
-            (DType::F32, DType::I64) => ins.ins().fcvt_to_sint_sat(types::I64, x),
-            (DType::F32, DType::I32) => {
-                let wide = ins.ins().fcvt_to_sint_sat(types::I64, x);
-                ins.ins().ireduce(types::I32, wide)
+        Ok(match (from.is_float(), to) {
+            // Float to float: the value is already `f32`; the store rounds.
+            (true, to) if to.is_float() => x,
+            (true, DType::Bool) => dtype::float_nonzero(kb, x),
+            (true, to) => {
+                let wide = kb.b.ins().fcvt_to_sint_sat(types::I64, x);
+                dtype::from_i64(kb, wide, to)?
             }
-            (DType::F32, DType::Bool) => {
-                let z = ins.ins().f32const(0.0);
-                ins.ins().fcmp(FloatCC::NotEqual, x, z)
+            (false, DType::Bool) => kb.b.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
+            (false, to) if to.is_float() => {
+                let wide = dtype::to_i64(kb, x, from);
+                let d = kb.b.ins().fcvt_from_sint(types::F64, wide);
+                kb.b.ins().fdemote(types::F32, d)
             }
-            (DType::I64 | DType::I32, DType::F32) => {
-                let d = ins.ins().fcvt_from_sint(types::F64, x);
-                ins.ins().fdemote(types::F32, d)
+            (false, to) => {
+                let wide = dtype::to_i64(kb, x, from);
+                dtype::from_i64(kb, wide, to)?
             }
-            (DType::Bool, DType::F32) => {
-                let w = ins.ins().uextend(types::I32, x);
-                ins.ins().fcvt_from_uint(types::F32, w)
-            }
-            (DType::I64, DType::I32) => ins.ins().ireduce(types::I32, x),
-            (DType::I32, DType::I64) => ins.ins().sextend(types::I64, x),
-            (DType::Bool, _) => ins.ins().uextend(out, x),
-            (_, DType::Bool) => ins.ins().icmp_imm_s(IntCC::NotEqual, x, 0),
-            _ => unreachable!("every pair of the four dtypes is covered"),
         })
     })
 }
 
-/// `where %cond, %x, %y`, broadcast.
+/// `where %cond, %x, %y`, broadcast, for any byte-sized dtype: the
+/// selected element's bytes are copied, as the reference does.
 pub fn where_(kb: &mut KernelBuilder, sig: &NodeSig) -> Result<(), CpuError> {
     let d = sig.inputs[1].dtype;
-    clif_type(d).map_err(|_| unsupported("where", format!("on {d}")))?;
-    elementwise(kb, sig, false, &mut |kb, a, _| {
-        Ok(kb.b.ins().select(a[0], a[1], a[2]))
+    if !d.bits().is_multiple_of(8) {
+        return Err(unsupported("where", format!("on {d}")));
+    }
+    let ty = movement::move_type(sig.inputs[1].elem_bytes())?;
+    let out = &sig.outputs[0];
+    let mut accesses: Vec<Access> = sig
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| Access {
+            base: kb.buf(k),
+            strides: broadcast_strides(&o.shape, &out.shape),
+            elem_bytes: o.elem_bytes(),
+        })
+        .collect();
+    accesses.push(Access {
+        base: kb.buf(3),
+        strides: row_major(&out.shape),
+        elem_bytes: out.elem_bytes(),
+    });
+    kb.nest(&out.shape, &accesses, None, |kb, p, w| {
+        let c = kb.load(types::I8, p[0], w);
+        let (x, y) = (kb.load(ty, p[1], w), kb.load(ty, p[2], w));
+        let v = kb.b.ins().select(c, x, y);
+        kb.store(v, p[3]);
+        Ok(())
     })
 }
 

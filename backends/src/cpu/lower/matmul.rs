@@ -35,8 +35,21 @@
 //! partial sum), so without FMA the result is bit-exact; with FMA (the
 //! default where the ISA has it) each step rounds once instead of twice
 //! and results differ by a few ulps.
+//!
+//! **Host GEMM** ([`KernelBuilder::host_gemm`], the JIT's default; never
+//! in AOT objects nor with `CpuOptions::exact()`): a product of at least
+//! [`HOST_GEMM_MIN_MACS`] multiply-adds and [`HOST_GEMM_MIN_N`] columns
+//! is a call of `slmcc_sgemm` ([`crate::cpu::hostgemm`], the `gemm`
+//! crate's micro-kernels, threaded by `set_threads`) instead of generated
+//! code; measured 1.3 to 6 times faster than the generated GEMM from there
+//! on (see `docs/ARCHITECTURE.md`, "Host GEMM: crate vs generated").
+//! A batched `matmul` makes one call per batch from the generated batch
+//! loop (broadcast batches included). A gated MLP computes `gate` with one
+//! call straight into its output, then `up` tile by tile (rows × columns,
+//! at most [`HOST_UP_BYTES`] on the stack) followed by the generated
+//! activation epilogue over the tile, `out = act(out) · up`.
 
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::Variable;
 use slmcc_ir::ops::gelu::GeluApprox;
 use slmcc_ir::ops::glu::{Glu, GluKind};
@@ -44,6 +57,7 @@ use slmcc_ir::DType;
 
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, row_major, Access, KernelBuilder, Width};
+use crate::cpu::hostgemm::SGEMM_SYMBOL;
 use crate::cpu::math::MathFn;
 use crate::cpu::CpuError;
 
@@ -62,6 +76,58 @@ pub const PACK_BYTES: usize = 32 * 1024;
 /// Most stack bytes of the sums of a gated MLP's second product over one
 /// strip (`m · NR · 4`); beyond, the direct path runs.
 pub const PARTIAL_BYTES: usize = 128 * 1024;
+
+/// Fewest multiply-adds (`m · n · k`, per batch) of a product that goes
+/// to the host GEMM when [`KernelBuilder::host_gemm`] is set; smaller
+/// ones stay generated. Measured (`examples/bench.rs` shapes and small
+/// ones): the two break even around 4096 (the call, packing and tile
+/// dispatch against fully unrolled generated code); from 16384 on the
+/// host GEMM is 1.3 to 3 times faster, and more for large products.
+pub const HOST_GEMM_MIN_MACS: usize = 1 << 14;
+
+/// Fewest output columns for the host GEMM: with fewer than one 256-bit
+/// vector of columns its micro-kernels run masked and the generated GEMM
+/// is faster (`64×512×4`: 10 against 13 µs; `1×4096×4`: 5 against 17 µs).
+pub const HOST_GEMM_MIN_N: usize = 8;
+
+/// Most stack bytes of a gated MLP's `up` tile on the host GEMM path.
+pub const HOST_UP_BYTES: usize = 128 * 1024;
+
+/// Whether an `m × k × n` product goes to the host GEMM.
+fn host_product(kb: &KernelBuilder, m: usize, k: usize, n: usize) -> bool {
+    kb.host_gemm && n >= HOST_GEMM_MIN_N && m * k * n >= HOST_GEMM_MIN_MACS
+}
+
+/// Declares [`crate::cpu::hostgemm::slmcc_sgemm`] for this kernel.
+fn import_sgemm(kb: &mut KernelBuilder) -> Result<FuncRef, CpuError> {
+    let i64s = [types::I64; 9];
+    let params: Vec<types::Type> = i64s.into_iter().chain([types::I32]).collect();
+    kb.import_host(SGEMM_SYMBOL, &params, &[])
+}
+
+/// Emits `slmcc_sgemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`.
+#[allow(clippy::too_many_arguments)]
+fn call_sgemm(
+    kb: &mut KernelBuilder,
+    f: FuncRef,
+    (m, n, k): (usize, usize, usize),
+    a: Value,
+    lda: usize,
+    b: Value,
+    ldb: usize,
+    c: Value,
+    ldc: usize,
+) {
+    let dims = [m, n, k].map(|d| kb.iconst(d as i64));
+    let (lda, ldb, ldc) = (
+        kb.iconst(lda as i64),
+        kb.iconst(ldb as i64),
+        kb.iconst(ldc as i64),
+    );
+    let acc = kb.b.ins().iconst(types::I32, 0);
+    let args = [dims[0], dims[1], dims[2], a, lda, b, ldb, c, ldc, acc];
+    kb.b.ins().call(f, &args);
+}
 
 /// One `B` operand of a GEMM: its first column and its row stride (elements).
 #[derive(Clone, Copy)]
@@ -527,6 +593,15 @@ pub fn matmul(kb: &mut KernelBuilder, sig: &NodeSig) -> Result<(), CpuError> {
             elem_bytes: 4,
         },
     ];
+    if host_product(kb, m, k, n) {
+        // One call per batch (broadcast batches included): the batch loop
+        // stays generated.
+        let f = import_sgemm(kb)?;
+        return kb.nest(&batch, &accesses, None, |kb, p, _| {
+            call_sgemm(kb, f, (m, n, k), p[0].addr, k, p[1].addr, n, p[2].addr, n);
+            Ok(())
+        });
+    }
     kb.nest(&batch, &accesses, None, |kb, p, _| {
         let mut id = |_: &mut KernelBuilder, s: &[Value], _: Width| Ok(s[0]);
         Gemm {
@@ -604,6 +679,9 @@ pub fn glu(kb: &mut KernelBuilder, op: &Glu, sig: &NodeSig) -> Result<(), CpuErr
     };
     let xb = kb.buf(0);
     kb.local_constants = true;
+    if host_product(kb, rows, hidden, inter) {
+        return host_glu(kb, (rows, hidden, inter), xb, &bs, out_buf, &mut epi);
+    }
     Gemm {
         m: rows,
         k: hidden,
@@ -614,4 +692,109 @@ pub fn glu(kb: &mut KernelBuilder, op: &Glu, sig: &NodeSig) -> Result<(), CpuErr
         epilogue: &mut epi,
     }
     .emit(kb, xb, out_buf)
+}
+
+/// A gated MLP on the host GEMM: `gate = x · w_gate` straight into the
+/// output, then, tile by tile (rows × columns, at most [`HOST_UP_BYTES`]),
+/// `up = x · w_up` into a stack buffer and the activation epilogue
+/// `out = act(out) · up` over the tile, generated.
+fn host_glu(
+    kb: &mut KernelBuilder,
+    (rows, hidden, inter): (usize, usize, usize),
+    x: Value,
+    bs: &[BMat],
+    out: Value,
+    epi: &mut Epilogue,
+) -> Result<(), CpuError> {
+    let f = import_sgemm(kb)?;
+    let (gate, up) = (bs[0], bs[1]);
+    let ldb = gate.ld as usize;
+    call_sgemm(
+        kb,
+        f,
+        (rows, inter, hidden),
+        x,
+        hidden,
+        gate.base,
+        ldb,
+        out,
+        inter,
+    );
+    let max_elems = HOST_UP_BYTES / 4;
+    let (tr, tc) = if rows * inter <= max_elems {
+        (rows, inter)
+    } else {
+        let tc = inter.min(512);
+        (rows.min(max_elems / tc).max(1), tc)
+    };
+    let ubuf = kb.stack_buf((tr * tc * 4) as u32);
+    let (full_r, rem_r) = (rows / tr, rows % tr);
+    let (full_c, rem_c) = (inter / tc, inter % tc);
+    // One tile of `rr × cc` at row `r0`, column `c0`.
+    let mut tile = |kb: &mut KernelBuilder, r0: Value, rr: usize, c0: Value, cc: usize| {
+        let xr = kb.index(x, r0, (hidden * 4) as i64);
+        let ub = kb.index(up.base, c0, 4);
+        call_sgemm(kb, f, (rr, cc, hidden), xr, hidden, ub, ldb, ubuf, cc);
+        let orow0 = kb.index(out, r0, (inter * 4) as i64);
+        let ocol0 = kb.index(orow0, c0, 4);
+        epilogue_tile(kb, ocol0, inter, ubuf, rr, cc, epi)
+    };
+    // Row blocks of `rr` rows at `r0`: full column strips, then the rest.
+    let mut block = |kb: &mut KernelBuilder, r0: Value, rr: usize| {
+        kb.for_n(full_c, |kb, cb| {
+            let c0 = kb.b.ins().imul_imm_s(cb, tc as i64);
+            tile(kb, r0, rr, c0, tc)
+        })?;
+        if rem_c > 0 {
+            let c0 = kb.iconst((full_c * tc) as i64);
+            tile(kb, r0, rr, c0, rem_c)?;
+        }
+        Ok(())
+    };
+    kb.for_n(full_r, |kb, rb| {
+        let r0 = kb.b.ins().imul_imm_s(rb, tr as i64);
+        block(kb, r0, tr)
+    })?;
+    if rem_r > 0 {
+        let r0 = kb.iconst((full_r * tr) as i64);
+        block(kb, r0, rem_r)?;
+    }
+    Ok(())
+}
+
+/// `out[r, c] = epi(out[r, c], up[r, c])` over `rr × cc` elements: `out`
+/// with row stride `ldo` elements, `up` contiguous (`cc` per row).
+fn epilogue_tile(
+    kb: &mut KernelBuilder,
+    out: Value,
+    ldo: usize,
+    up: Value,
+    rr: usize,
+    cc: usize,
+    epi: &mut Epilogue,
+) -> Result<(), CpuError> {
+    let vecs = cc / 4;
+    kb.for_n(rr, |kb, r| {
+        let orow = kb.index(out, r, (ldo * 4) as i64);
+        let urow = kb.index(up, r, (cc * 4) as i64);
+        let w = Width::Vector(4);
+        let ty = w.ty(types::F32);
+        kb.for_n(vecs, |kb, v| {
+            let o = kb.index(orow, v, 16);
+            let u = kb.index(urow, v, 16);
+            let g = kb.b.ins().load(ty, flags(), o, 0);
+            let uv = kb.b.ins().load(ty, flags(), u, 0);
+            let y = epi(kb, &[g, uv], w)?;
+            kb.b.ins().store(flags(), y, o, 0);
+            Ok(())
+        })?;
+        for j in 4 * vecs..cc {
+            let off = (4 * j) as i32;
+            let g = kb.b.ins().load(types::F32, flags(), orow, off);
+            let uv = kb.b.ins().load(types::F32, flags(), urow, off);
+            let y = epi(kb, &[g, uv], Width::Scalar)?;
+            kb.b.ins().store(flags(), y, orow, off);
+        }
+        Ok(())
+    })
 }

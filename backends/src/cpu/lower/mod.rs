@@ -6,16 +6,20 @@
 //! constants (`slice` bounds, `reshape` targets). It checks what it supports
 //! before emitting anything and answers [`CpuError::Unsupported`] otherwise.
 //! Every op of the IR has a lowering; what remains unsupported are forms
-//! of them (dtypes, indices computed at run time, integer `div`/`mod`/`pow`).
+//! of them: 4-bit dtypes, and dtypes other than `f32` in the reductions,
+//! `matmul` and the fused ops (see `docs/ARCHITECTURE.md`).
 
 mod attention;
+mod dtype;
 mod elementwise;
+mod gather;
+mod integer;
+pub mod kv_cache;
 mod matmul;
 mod movement;
 mod reduce;
 mod rope;
 
-use cranelift_codegen::ir::{types, Type};
 use slmcc_ir::{DType, Op, OpDef, Tensor};
 
 use super::emit::KernelBuilder;
@@ -44,22 +48,6 @@ pub struct NodeSig<'a> {
     pub outputs: Vec<Operand<'a>>,
 }
 
-/// The Cranelift type holding one element of a dtype kernels compute on.
-pub fn clif_type(d: DType) -> Result<Type, CpuError> {
-    Ok(match d {
-        DType::F32 => types::F32,
-        DType::I64 => types::I64,
-        DType::I32 => types::I32,
-        DType::Bool => types::I8,
-        d => {
-            return Err(CpuError::Unsupported {
-                op: "dtype".into(),
-                detail: format!("{d}"),
-            })
-        }
-    })
-}
-
 /// The error for an op (or a form of it) the backend does not lower.
 pub fn unsupported(op: &str, detail: impl Into<String>) -> CpuError {
     CpuError::Unsupported {
@@ -78,6 +66,7 @@ pub fn lower_node(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), 
         Op::Where(_) => elementwise::where_(kb, sig),
         Op::Gelu(g) => elementwise::gelu(kb, g.approximate, sig),
         Op::MatMul(_) => matmul::matmul(kb, sig),
+        Op::QMatMul(_) => Err(unsupported(op.mnemonic(), "")),
         Op::Glu(g) => matmul::glu(kb, g, sig),
         Op::Softmax(s) => reduce::softmax(kb, s.axis, sig),
         Op::Reduce(r) => reduce::reduce(kb, r, sig),
@@ -94,12 +83,15 @@ pub fn lower_node(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), 
         Op::Slice(_) => movement::slice(kb, sig),
         Op::Concat(c) => movement::concat(kb, c.axis, sig),
         Op::Split(s) => movement::split(kb, s.axis, sig),
-        Op::Gather(g) => movement::gather(kb, g.axis, sig),
-        Op::GatherNd(_) | Op::GatherElements(_) => movement::by_index_table(kb, op, sig),
+        Op::Gather(g) => gather::gather(kb, g.axis, sig),
+        Op::GatherNd(g) => gather::gather_nd(kb, op, g.batch_dims, sig),
+        Op::GatherElements(g) => gather::gather_elements(kb, op, g.axis, sig),
         Op::Attention(a) => attention::attention(kb, a, sig),
         Op::Rope(r) => rope::rope(kb, r, sig),
         Op::Trilu(t) => movement::trilu(kb, t.upper, sig),
         Op::Range(_) => movement::range(kb, sig),
         Op::ShapeOf(_) | Op::Size(_) | Op::ConstantOfShape(_) => movement::shape_value(kb, op, sig),
+        Op::KvWrite(k) => kv_cache::kv_write(kb, &k.layout, sig),
+        Op::KvMask(k) => kv_cache::kv_mask(kb, &k.layout, sig),
     }
 }

@@ -1,7 +1,6 @@
 //! Data movement: `reshape`, `squeeze`, `unsqueeze`, `identity`,
-//! `transpose`, `expand`, `slice`, `concat`, `split`, `gather`,
-//! `constant`, `gather_nd`/`gather_elements` with constant indices,
-//! `trilu`, and the generator `range`.
+//! `transpose`, `expand`, `slice`, `concat`, `split`, `constant`, `trilu`,
+//! and the generator `range` (the gathers are in [`gather`](super::gather)).
 //!
 //! Each is one or more strided copies: a loop nest over the destination
 //! region, the source read through strides (permuted for `transpose`, zero
@@ -16,11 +15,11 @@ use slmcc_ir::ops::{norm_axis, OpDef};
 use slmcc_ir::{DType, EvalCtx, Op, Tensor};
 
 use super::{unsupported, NodeSig};
-use crate::cpu::emit::{row_major, Access, KernelBuilder, Ptr, STATUS_INDEX_OUT_OF_RANGE};
+use crate::cpu::emit::{row_major, Access, KernelBuilder, Ptr};
 use crate::cpu::CpuError;
 
 /// The integer type that moves one element of `bytes` bytes.
-fn move_type(bytes: i64) -> Result<Type, CpuError> {
+pub(super) fn move_type(bytes: i64) -> Result<Type, CpuError> {
     Ok(match bytes {
         1 => types::I8,
         2 => types::I16,
@@ -62,7 +61,7 @@ pub fn copy(
     })
 }
 
-fn elem_bytes(sig: &NodeSig, op: &str) -> Result<i64, CpuError> {
+pub(super) fn elem_bytes(sig: &NodeSig, op: &str) -> Result<i64, CpuError> {
     let d = sig.inputs[0].dtype;
     if !d.bits().is_multiple_of(8) {
         return Err(unsupported(op, format!("on {d}")));
@@ -198,69 +197,6 @@ pub fn split(kb: &mut KernelBuilder, axis: i64, sig: &NodeSig) -> Result<(), Cpu
     Ok(())
 }
 
-/// `gather` along `axis`: for every outer index and every index value,
-/// copies one contiguous inner run. Negative indices count from the end; an
-/// index out of range makes the kernel return
-/// [`STATUS_INDEX_OUT_OF_RANGE`] (the reference fails there too).
-pub fn gather(kb: &mut KernelBuilder, axis: i64, sig: &NodeSig) -> Result<(), CpuError> {
-    let eb = elem_bytes(sig, "gather")?;
-    let data = &sig.inputs[0].shape;
-    let idx_dt = sig.inputs[1].dtype;
-    let idx_ty = match idx_dt {
-        DType::I64 => types::I64,
-        DType::I32 => types::I32,
-        d => return Err(unsupported("gather", format!("with {d} indices"))),
-    };
-    let a = norm_axis(axis, data.len()).map_err(|e| unsupported("gather", e.0))?;
-    let outer: usize = data[..a].iter().product();
-    let inner: usize = data[a + 1..].iter().product();
-    let n = data[a] as i64;
-    let nidx: usize = sig.inputs[1].shape.iter().product();
-    let (data_buf, idx_buf, out_buf) = (kb.buf(0), kb.buf(1), kb.buf(2));
-    let inner_i = inner as i64;
-    let accesses = [
-        Access {
-            base: data_buf,
-            strides: vec![n * inner_i, 0],
-            elem_bytes: eb,
-        },
-        Access {
-            base: idx_buf,
-            strides: vec![0, 1],
-            elem_bytes: sig.inputs[1].elem_bytes(),
-        },
-        Access {
-            base: out_buf,
-            strides: vec![nidx as i64 * inner_i, inner_i],
-            elem_bytes: eb,
-        },
-    ];
-    // Outer dims are not merged with the index dim: the nest is 2-D at most.
-    kb.nest(&[outer, nidx], &accesses, None, |kb, p, w| {
-        let i = kb.load(idx_ty, p[1], w);
-        let i = if idx_ty == types::I64 {
-            i
-        } else {
-            kb.b.ins().sextend(types::I64, i)
-        };
-        let wrapped = kb.b.ins().iadd_imm_s(i, n);
-        let neg = kb.b.ins().icmp_imm_s(
-            cranelift_codegen::ir::condcodes::IntCC::SignedLessThan,
-            i,
-            0,
-        );
-        let j = kb.b.ins().select(neg, wrapped, i);
-        let bad = kb.b.ins().icmp_imm_s(
-            cranelift_codegen::ir::condcodes::IntCC::UnsignedGreaterThanOrEqual,
-            j,
-            n,
-        );
-        kb.fail_if(bad, STATUS_INDEX_OUT_OF_RANGE);
-        let src = kb.index(p[0].addr, j, inner_i * eb);
-        copy(kb, &[inner], eb, src, vec![1], p[2].addr, vec![1])
-    })
-}
-
 /// `constant`: copies the value from a read-only data object.
 pub fn constant(
     kb: &mut KernelBuilder,
@@ -314,71 +250,6 @@ pub fn shape_value(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(),
     };
     let dst = kb.buf(sig.inputs.len());
     static_value(kb, name, &value, dst)
-}
-
-/// Largest data operand (in elements) for which [`by_index_table`] builds
-/// its table at compile time.
-const MAX_TABLE_SOURCE: usize = 1 << 24;
-
-/// A data-movement op whose every operand but the data is a compile-time
-/// constant (`gather_nd`, `gather_elements` with constant indices, as
-/// exporters write for masks): the reference evaluation on the element
-/// numbers of the data gives, for each result element, its source element.
-/// The kernel copies through that table, stored as a data object.
-pub fn by_index_table(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), CpuError> {
-    let name = op.mnemonic();
-    let eb = elem_bytes(sig, name)?;
-    let data = &sig.inputs[0].shape;
-    let n: usize = data.iter().product();
-    if n > MAX_TABLE_SOURCE {
-        return Err(unsupported(name, format!("on data of {n} elements")));
-    }
-    let mut rest = Vec::new();
-    for o in &sig.inputs[1..] {
-        match o.value {
-            Some(t) => rest.push(t),
-            None => return Err(unsupported(name, "with indices computed at run time")),
-        }
-    }
-    let iota = Tensor::from_i64(data.clone(), (0..n as i64).collect());
-    let mut args = vec![&iota];
-    args.extend(rest);
-    let table = op
-        .eval(&args, &EvalCtx::default())
-        .map_err(|e| CpuError::Codegen(format!("`{name}` with constant indices: {e}")))?
-        .remove(0)
-        .to_i64_vec();
-    let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let id = kb.define_data(bytes)?;
-    let tab = kb.data_addr(id);
-    let (src, dst) = (kb.buf(0), kb.buf(sig.inputs.len()));
-    let ty = move_type(eb)?;
-    let accesses = [
-        Access {
-            base: tab,
-            strides: vec![1],
-            elem_bytes: 8,
-        },
-        Access {
-            base: dst,
-            strides: vec![1],
-            elem_bytes: eb,
-        },
-    ];
-    kb.nest(&[table.len()], &accesses, None, |kb, p, w| {
-        let i = kb.load(types::I64, p[0], w);
-        let at = kb.index(src, i, eb);
-        let v = kb.load(
-            ty,
-            Ptr {
-                addr: at,
-                splat: false,
-            },
-            w,
-        );
-        kb.store(v, p[1]);
-        Ok(())
-    })
 }
 
 /// `trilu`: keeps the upper (`col - row >= k`) or lower (`col - row <= k`)
