@@ -33,6 +33,9 @@ pub enum Command {
     /// Run a model or package on inputs and write its outputs.
     #[command(after_long_help = RUN_AFTER_HELP)]
     Run(RunArgs),
+    /// Generate tokens with a KV cache: prefill the prompt, then decode.
+    #[command(after_long_help = GENERATE_AFTER_HELP)]
+    Generate(GenerateArgs),
     /// Run ONNX backend-test directories and report pass/fail per test.
     OnnxTest(OnnxTestArgs),
     /// Record or check per-layer golden tensors.
@@ -118,6 +121,13 @@ pub struct CompileArgs {
     /// package also carries an aarch64 ELF object per bucket for the board).
     #[arg(long, value_name = "host|aarch64", default_value = "host")]
     pub cpu: String,
+    /// Give the model a static KV cache for `slmcc generate`: the kv-cache
+    /// pass runs after fusion, and bucket 1 (the decode graph) joins the
+    /// prefill buckets.
+    #[arg(long)]
+    pub kv_cache: bool,
+    #[command(flatten)]
+    pub kv: KvArgs,
 }
 
 const COMPILE_AFTER_HELP: &str = "\
@@ -164,7 +174,103 @@ pub struct RunArgs {
     /// smallest that holds it.
     #[arg(long, value_name = "N,N,...")]
     pub buckets: Option<String>,
+    /// Threads for the cpu kernels' matrix products (the host GEMM splits
+    /// large ones); other kernels run on one thread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
 }
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// A decoder: an ONNX model (input_ids -> logits) or a package compiled
+    /// with --kv-cache.
+    pub model: PathBuf,
+    /// Prompt token ids, comma-separated.
+    #[arg(long, value_name = "ID,ID,...", conflicts_with = "prompt")]
+    pub prompt_ids: Option<String>,
+    /// Prompt text, encoded with --tokenizer.
+    #[arg(long, requires = "tokenizer")]
+    pub prompt: Option<String>,
+    /// A Hugging Face tokenizer.json, for --prompt and to print text.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// How many tokens to generate at most.
+    #[arg(long, default_value_t = 32)]
+    pub max_new_tokens: usize,
+    /// Stop after generating this token (repeatable).
+    #[arg(long = "stop-token", value_name = "ID")]
+    pub stop_tokens: Vec<i64>,
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Sample among the K most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Sample among the most likely tokens whose probability reaches P.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Where to run [default: cpu].
+    #[arg(long, value_name = "reference|cpu")]
+    pub backend: Option<String>,
+    /// Threads for the cpu kernels' matrix products (the host GEMM splits
+    /// large ones); other kernels run on one thread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Prefill buckets (an ONNX model only; bucket 1, the decode graph, is always added).
+    #[arg(long, value_name = "N,N,...", default_value = "16,64")]
+    pub buckets: String,
+    /// Write the logits of every generated token as LOGITS.npy ([steps, vocab]).
+    #[arg(long, value_name = "FILE")]
+    pub logits_out: Option<PathBuf>,
+    /// Print only the generated ids, one line at the end (no streaming, no timing).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The KV cache's options (the `kv-cache` pass's).
+#[derive(Args, Debug, Clone)]
+pub struct KvArgs {
+    /// Cache slots per layer without a window: the longest context.
+    #[arg(long, default_value_t = 1024)]
+    pub max_context: i64,
+    /// Keep only the last W tokens (plus the sinks): memory stays flat.
+    #[arg(long, value_name = "W", default_value_t = 0)]
+    pub kv_window: i64,
+    /// With --kv-window: keep the first S tokens for good.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub kv_sinks: i64,
+    /// The cache's element type.
+    #[arg(long, value_name = "f32|f16", default_value = "f32")]
+    pub kv_dtype: String,
+}
+
+impl KvArgs {
+    /// The `kv-cache` pipeline entry.
+    pub fn pass(&self) -> String {
+        format!(
+            "kv-cache{{max-context={},window={},sinks={},dtype={}}}",
+            self.max_context, self.kv_window, self.kv_sinks, self.kv_dtype
+        )
+    }
+}
+
+const GENERATE_AFTER_HELP: &str = "\
+The model's fused graph gets a static KV cache (the kv-cache pass): one graph
+per prefill bucket and one for decode (bucket 1), sharing the cache. The
+prompt is prefilled, then one token per step is decoded; tokens stream to
+stdout as they come (ids, or text with --tokenizer), and the time to first
+token and the decode rate go to stderr.
+
+Examples:
+  slmcc generate testdata/models/qwen2.onnx --prompt-ids 1,2,3 --max-new-tokens 16
+  slmcc generate model.onnx --prompt-ids 1,2,3 --temperature 0.8 --top-p 0.9 --seed 1
+  slmcc generate model.onnx --prompt \"Hello\" --tokenizer tokenizer.json
+  slmcc generate model.onnx --prompt-ids 1 --max-new-tokens 10000 --kv-window 256 --kv-sinks 4";
 
 const RUN_AFTER_HELP: &str = "\
 Shapes:
@@ -205,6 +311,10 @@ pub struct OnnxTestArgs {
     /// Also write the results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Threads for the cpu kernels' matrix products (the host GEMM splits
+    /// large ones); other kernels run on one thread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
 }
 
 #[derive(Args, Debug)]
@@ -232,6 +342,10 @@ pub struct GoldenCheckArgs {
         default_value = "reference"
     )]
     pub backend: String,
+    /// Threads for the cpu kernels' matrix products (the host GEMM splits
+    /// large ones); other kernels run on one thread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
 }
 
 #[derive(Args, Debug)]

@@ -1,6 +1,8 @@
 //! `slmcc` as a library: what the driver's subcommands share.
 //!
 //! [`onnx`] is the ONNX frontend (`slmcc import`, and the loader of `run`,
-//! `onnx-test` and `golden`).
+//! `onnx-test` and `golden`); [`pipeline`] the pass pipelines `compile`,
+//! `run` and `report` run.
 
 pub mod onnx;
+pub mod pipeline;

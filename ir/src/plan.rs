@@ -12,8 +12,12 @@
 //!   whole module (every graph of the module sees the same offsets), so the
 //!   region can be one memory mapping shared by all buckets.
 //! - `constants` — results of `constant` nodes, read-only, filled at load.
-//! - `kv_cache` — preallocated for the maximum context (empty until decode
-//!   graphs with a KV cache exist).
+//! - `kv_cache` — the KV cache (`kv-cache` pass): each cache input and the
+//!   `kv_write` result computed in place of it share one place, laid out in
+//!   input-name order, so every graph of a module that has the same caches
+//!   (prefill buckets and the decode graph) has them at the same offsets,
+//!   and a runtime shares one region between them. No lifetimes: the cache
+//!   is state that outlives a step.
 //! - `scratch` — per-step workspace of kernels, shared by all steps.
 //!
 //! Steps are node indices in schedule order. A value's lifetime `[first,
@@ -247,8 +251,9 @@ impl MemoryPlan {
 
     /// Checks the plan on its own terms: names unique per namespace; offsets
     /// and sizes aligned; every tensor inside its region; lifetimes exactly
-    /// on arena tensors; every `in_place` names an arena tensor with the same
-    /// bytes that dies at the step this one is born; no two arena tensors
+    /// on arena tensors; every `in_place` names a tensor of the same region
+    /// (the arena or the KV cache) with the same bytes that, in the arena,
+    /// dies at the step this one is born; no two arena tensors
     /// live at the same time overlap (an in-place pair excepted); read-only
     /// tensors never overlap; the recorded lower bound is the live peak and
     /// the arena is at least that.
@@ -288,8 +293,11 @@ impl MemoryPlan {
                 }
                 _ => {}
             }
-            if t.in_place.is_some() && t.region != Region::Arena {
-                return fail(format!("{} is in place outside the arena", t.label()));
+            if t.in_place.is_some() && !matches!(t.region, Region::Arena | Region::KvCache) {
+                return fail(format!(
+                    "{} is in place outside the arena and the KV cache",
+                    t.label()
+                ));
             }
         }
         let mut in_place_pairs = HashSet::new();
@@ -298,7 +306,7 @@ impl MemoryPlan {
             let Some(s) = by_name.get(src.as_str()) else {
                 return fail(format!("{} is in place of unplanned %{src}", t.label()));
             };
-            let ok = s.region == Region::Arena
+            let ok = s.region == t.region
                 && s.offset == t.offset
                 && s.size == t.size
                 && s.live.map(|l| l.1) == t.live.map(|l| l.0);
@@ -324,12 +332,13 @@ impl MemoryPlan {
                     if b.offset >= a.offset + a.size {
                         break;
                     }
-                    let conflict = if region == Region::Arena {
-                        a.live_with(b)
-                            && !in_place_pairs.contains(&(a.name.as_str(), b.name.as_str()))
-                            && !in_place_pairs.contains(&(b.name.as_str(), a.name.as_str()))
-                    } else {
-                        true
+                    let paired = in_place_pairs.contains(&(a.name.as_str(), b.name.as_str()))
+                        || in_place_pairs.contains(&(b.name.as_str(), a.name.as_str()));
+                    let conflict = match region {
+                        Region::Arena => a.live_with(b) && !paired,
+                        // A cache and its in-place update share their bytes.
+                        Region::KvCache => !paired,
+                        _ => true,
                     };
                     if conflict {
                         return fail(format!("{} overlaps {}", a.label(), b.label()));

@@ -19,6 +19,7 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::rc::Rc;
 
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{DType, Graph, MemoryPlan, Module, Op, Region, RegionSizes, ValueDef};
@@ -140,7 +141,9 @@ struct Step {
 pub struct Executor {
     graph: String,
     labels: Vec<String>,
-    regions: Vec<RegionBuf>,
+    /// Indexed by [`region_index`]; the weights and KV cache regions may be
+    /// shared with other executors ([`Executor::load_sharing`]).
+    regions: Vec<Rc<RegionBuf>>,
     sizes: RegionSizes,
     steps: Vec<Step>,
     inputs: Vec<Slot>,
@@ -161,6 +164,21 @@ impl Executor {
         graph: &str,
         kernels: &dyn KernelSet,
     ) -> Result<Executor, ExecError> {
+        Executor::load_sharing(module, graph, kernels, None)
+    }
+
+    /// [`Executor::load`], but sharing the weights and KV cache regions of
+    /// `shared`, an executor of another graph of the same module (another
+    /// bucket): one copy of the weights (this graph's are written into it
+    /// again, the same bytes at the same offsets), and a step of either sees
+    /// the cache the other wrote. Fails unless both plans give those
+    /// regions the same sizes (the planner lays them out per module).
+    pub fn load_sharing(
+        module: &Module,
+        graph: &str,
+        kernels: &dyn KernelSet,
+        shared: Option<&Executor>,
+    ) -> Result<Executor, ExecError> {
         let err = |node: Option<String>, message: String| ExecError {
             graph: graph.to_string(),
             node,
@@ -175,9 +193,24 @@ impl Executor {
             .ok_or_else(|| err(None, "no memory plan (run plan-memory)".to_string()))?;
         slmcc_ir::plan::check_against(plan, g)
             .map_err(|e| err(None, format!("memory plan: {e}")))?;
+        const SHARED: [Region; 2] = [Region::Weights, Region::KvCache];
         let regions = Region::ALL
             .iter()
-            .map(|&r| RegionBuf::new(plan.regions.get(r) as usize))
+            .map(|&r| match shared {
+                Some(other) if SHARED.contains(&r) => {
+                    let buf = &other.regions[region_index(r)];
+                    if buf.len != plan.regions.get(r) as usize {
+                        return Err(format!(
+                            "its {r} region ({} bytes) differs from @{}'s ({} bytes), which it shares",
+                            plan.regions.get(r),
+                            other.graph,
+                            buf.len
+                        ));
+                    }
+                    Ok(buf.clone())
+                }
+                _ => RegionBuf::new(plan.regions.get(r) as usize).map(Rc::new),
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| err(None, m))?;
 

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use slmcc_backends::cpu::{specialize, CpuError, CpuExecutor, CpuOptions};
 use slmcc_ir::{Graph, Module, Tensor};
 
-use slmcc_backends::cpu::emit::STATUS_INDEX_OUT_OF_RANGE;
+use slmcc_backends::cpu::emit::{
+    status_message, STATUS_CONTEXT_FULL, STATUS_DIVISION_BY_ZERO, STATUS_INDEX_OUT_OF_RANGE,
+};
 use slmcc_backends::cpu::{JitProgram, KernelFn};
 
 use crate::bind::bind_shape;
@@ -137,6 +139,10 @@ impl KernelSet for JitKernels {
             match unsafe { f(ptrs.as_ptr()) } as i64 {
                 0 => Ok(()),
                 STATUS_INDEX_OUT_OF_RANGE => Err(KernelError("index out of range")),
+                STATUS_CONTEXT_FULL => Err(KernelError(status_message(STATUS_CONTEXT_FULL))),
+                STATUS_DIVISION_BY_ZERO => {
+                    Err(KernelError(status_message(STATUS_DIVISION_BY_ZERO)))
+                }
                 _ => Err(KernelError("cpu kernel failed")),
             }
         }))

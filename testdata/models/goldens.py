@@ -171,8 +171,11 @@ def write_goldens(name: str, path: Path, extra: dict) -> int:
     output_names = [o.name for o in model.graph.output]
 
     out_dir = GOLDENS_DIR / name
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
+    # Only this script's files: generate/ (generate_goldens.py) stays.
+    for case, _, _ in CASES:
+        if (out_dir / case).exists():
+            shutil.rmtree(out_dir / case)
+    (out_dir / "manifest.json").unlink(missing_ok=True)
     rng = np.random.default_rng(SEED)
     cases, total, worst = [], 0, 0.0
     for case, seq, pad in CASES:

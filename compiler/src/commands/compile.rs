@@ -41,13 +41,7 @@ pub const FUSED_OPS: [&str; 8] = [
     "attention",
 ];
 
-/// The passes before bucket specialisation in the default pipeline.
-pub const FUSION_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
-
-/// The default pipeline for `bucket_options` (`buckets=128,256`).
-pub fn default_pipeline(bucket_options: &str) -> String {
-    format!("{FUSION_PIPELINE},bucket-specialize{{{bucket_options}}},plan-memory")
-}
+pub use slmcc::pipeline::{default_pipeline, FUSION_PIPELINE};
 
 /// `--passes` completed so that every graph ends up a planned bucket:
 /// `bucket-specialize{bucket_options}` appended unless the pipeline runs
@@ -76,6 +70,18 @@ pub fn complete_pipeline(
         out.push("plan-memory".to_string());
     }
     Ok(out.join(","))
+}
+
+/// The pipeline of `--kv-cache`: fusion, `kv-cache` with the cache
+/// options, the prefill buckets plus bucket 1 (decode), planning.
+fn kv_cache_pipeline(args: &CompileArgs) -> anyhow::Result<String> {
+    if args.bucket_profile.is_some() {
+        bail!("--kv-cache takes --buckets, not --bucket-profile");
+    }
+    let list = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
+    let sizes = slmcc_passes::transforms::bucket_specialize::parse_buckets(list)
+        .map_err(|e| anyhow!("--buckets: {e}"))?;
+    Ok(slmcc::pipeline::kv_cache_pipeline(&args.kv.pass(), &sizes))
 }
 
 /// Where the kernels are for.
@@ -152,9 +158,16 @@ fn symbol_prefix(graph: &str) -> String {
 pub fn run(args: CompileArgs) -> CmdResult {
     let cpu = check_target(&args)?;
     let (bucket_opts, explicit) = bucket_options(&args)?;
-    let pipeline = match &args.passes {
-        None => default_pipeline(&bucket_opts),
-        Some(p) => complete_pipeline(p, &bucket_opts, explicit)?,
+    let pipeline = match (&args.passes, args.kv_cache) {
+        (None, false) => default_pipeline(&bucket_opts),
+        (None, true) => kv_cache_pipeline(&args)?,
+        (Some(_), true) => {
+            return Err(anyhow!(
+            "--kv-cache builds its own pipeline; with --passes, run kv-cache{{...}} in it instead"
+        )
+            .into())
+        }
+        (Some(p), false) => complete_pipeline(p, &bucket_opts, explicit)?,
     };
     let model = &args.model;
     let out = args.output.clone().unwrap_or_else(|| default_output(model));

@@ -1,6 +1,7 @@
 //! One module per subcommand; [`dispatch`] routes to them.
 
 mod compile;
+mod generate;
 mod golden;
 mod import;
 mod load;
@@ -8,6 +9,7 @@ mod onnx_test;
 mod opt;
 mod report;
 mod run;
+mod tokenize;
 
 use crate::cli::Command;
 use crate::exit::CmdResult;
@@ -19,6 +21,7 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::Import(args) => import::run(args),
         Command::Compile(args) => compile::run(args),
         Command::Run(args) => run::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::OnnxTest(args) => onnx_test::run(args),
         Command::Golden(args) => golden::run(args),
         Command::Report(args) => report::run(args),

@@ -17,13 +17,7 @@ use super::load::load_module;
 use crate::cli::ReportArgs;
 use crate::exit::CmdResult;
 
-/// The buckets planned when none are given.
-pub const DEFAULT_BUCKETS: &str = "128,256,512";
-
-/// The pipeline that plans a model for `buckets` (`64,128`).
-pub fn plan_pipeline(buckets: &str) -> String {
-    super::compile::default_pipeline(&format!("buckets={buckets}"))
-}
+pub use slmcc::pipeline::{plan_pipeline, DEFAULT_BUCKETS};
 
 pub fn run(args: ReportArgs) -> CmdResult {
     let path = &args.package;

@@ -122,6 +122,34 @@ pub fn in_place_operand(
         })
 }
 
+/// The KV cache places of `g`: every graph input that a `kv_write` writes
+/// (operand 0), laid out in input-name order, and that `kv_write`'s result
+/// at the same offset, in place of it: value -> (offset, in place of), and
+/// the region's size.
+type KvPlaces = HashMap<ValueId, (u64, Option<ValueId>)>;
+
+fn kv_cache_places(g: &Graph, size: &[u64]) -> (KvPlaces, u64) {
+    let mut writes: Vec<(ValueId, ValueId)> = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::KvWrite(_)))
+        .filter(|n| matches!(g.value(n.inputs[0]).def, ValueDef::Input))
+        .map(|n| (n.inputs[0], n.outputs[0]))
+        .collect();
+    writes.sort_by(|a, b| g.value(a.0).name.cmp(&g.value(b.0).name));
+    let mut places = HashMap::new();
+    let mut end = 0u64;
+    for (cache, written) in writes {
+        if places.contains_key(&cache) {
+            continue; // written twice: the first write's place holds
+        }
+        places.insert(cache, (end, None));
+        places.insert(written, (end, Some(cache)));
+        end += size[cache.index()];
+    }
+    (places, end)
+}
+
 /// Plans graph `g` of module `m` (see the module doc). Fails, naming the
 /// value, when a shape is not static.
 pub fn plan_graph(g: &Graph, m: &Module, opts: &PlanOptions) -> Result<MemoryPlan, String> {
@@ -154,6 +182,13 @@ pub fn plan_graph(g: &Graph, m: &Module, opts: &PlanOptions) -> Result<MemoryPla
         })?;
         size[id.index()] = align_up(bytes);
         in_arena[id.index()] = !matches!(v.def, ValueDef::Weight(_)) && !is_constant[id.index()];
+    }
+
+    // The KV cache: each cache input and its in-place `kv_write`, in
+    // input-name order.
+    let (kv, kv_bytes) = kv_cache_places(g, &size);
+    for (&v, _) in kv.iter() {
+        in_arena[v.index()] = false;
     }
 
     // In-place chains share one buffer; buffer lifetimes span the chain.
@@ -211,6 +246,10 @@ pub fn plan_graph(g: &Graph, m: &Module, opts: &PlanOptions) -> Result<MemoryPla
                     .ok_or_else(|| format!("graph @{}: @{w} is not a declared weight", g.name))?;
                 (Region::Weights, offset, None)
             }
+            _ if kv.contains_key(&id) => {
+                let (offset, _) = kv[&id];
+                (Region::KvCache, offset, None)
+            }
             _ if is_constant[id.index()] => {
                 let offset = constants_end;
                 constants_end += size[id.index()];
@@ -227,10 +266,14 @@ pub fn plan_graph(g: &Graph, m: &Module, opts: &PlanOptions) -> Result<MemoryPla
             offset,
             size: size[id.index()],
             live: live_range,
-            in_place: in_place.get(&id).map(|x| g.value(*x).name.clone()),
+            in_place: in_place
+                .get(&id)
+                .or(kv.get(&id).and_then(|(_, src)| src.as_ref()))
+                .map(|x| g.value(*x).name.clone()),
         });
     }
     plan.regions.arena = placement.size;
+    plan.regions.kv_cache = kv_bytes;
     plan.regions.weights = weights.bytes;
     plan.regions.constants = constants_end;
     plan.regions.scratch = g

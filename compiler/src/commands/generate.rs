@@ -1,0 +1,216 @@
+//! `slmcc generate`: prefill a prompt, then decode token by token over the
+//! static KV cache ([`slmcc_runtime::decode`]), streaming the tokens.
+//!
+//! An ONNX model is prepared here: the fusion pipeline, `kv-cache` with the
+//! command's cache options, and on `cpu` `bucket-specialize` to the prefill
+//! buckets plus bucket 1 (the decode graph) and `plan-memory`. A package
+//! compiled with `--kv-cache` already holds those bucket graphs.
+
+use std::io::Write as _;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context};
+use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::{Module, Tensor};
+use slmcc_passes::transforms::bucket_specialize::parse_buckets;
+use slmcc_passes::{PassManager, RunOptions};
+use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
+use slmcc_runtime::exec::KernelSet;
+use slmcc_runtime::jit::JitKernels;
+use slmcc_runtime::npy;
+use slmcc_runtime::sample::{Sampler, Sampling};
+
+use super::load::{load_module, Backend};
+use super::tokenize::Tokenizer;
+use crate::cli::GenerateArgs;
+use crate::exit::CmdResult;
+use slmcc::pipeline::{kv_cache_pipeline, FUSION_PIPELINE};
+
+pub fn run(args: GenerateArgs) -> CmdResult {
+    slmcc_backends::cpu::set_threads(args.threads.into());
+    let backend = Backend::parse(args.backend.as_deref().unwrap_or("cpu"))?;
+    let sampling = Sampling {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    };
+    sampling.check().map_err(|e| anyhow!("{e}"))?;
+    let tokenizer = match &args.tokenizer {
+        Some(p) => Some(Tokenizer::load(p)?),
+        None => None,
+    };
+    let prompt = prompt_ids(&args, tokenizer.as_ref())?;
+    let mut decoder = load_decoder(&args, backend)?;
+    if let Some(&bad) = prompt
+        .iter()
+        .find(|&&id| id < 0 || id >= decoder.vocab() as i64)
+    {
+        return Err(anyhow!(
+            "prompt token {bad} is outside the vocabulary (0..{})",
+            decoder.vocab()
+        )
+        .into());
+    }
+    generate(&args, &mut decoder, &prompt, sampling, tokenizer.as_ref())
+}
+
+/// The prompt's ids, from `--prompt-ids` or `--prompt` with the tokenizer.
+fn prompt_ids(args: &GenerateArgs, tokenizer: Option<&Tokenizer>) -> anyhow::Result<Vec<i64>> {
+    let ids = match (&args.prompt_ids, &args.prompt, tokenizer) {
+        (Some(list), _, _) => list
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<i64>()
+                    .map_err(|_| anyhow!("--prompt-ids: `{s}` is not a token id"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        (None, Some(text), Some(t)) => t.encode(text)?,
+        _ => bail!("give the prompt: --prompt-ids 1,2,3, or --prompt TEXT --tokenizer FILE"),
+    };
+    if ids.is_empty() {
+        bail!("the prompt is empty");
+    }
+    Ok(ids)
+}
+
+/// Loads the model and makes its decoder on `backend`.
+fn load_decoder(args: &GenerateArgs, backend: Backend) -> anyhow::Result<Decoder> {
+    let path = &args.model;
+    let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
+    let mut module = load_module(path)?;
+    let packaged = path.extension().is_some_and(|e| e == "slmpkg");
+    if !packaged {
+        let pipeline = match backend {
+            Backend::Cpu => {
+                let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
+                kv_cache_pipeline(&args.kv.pass(), &sizes)
+            }
+            Backend::Reference => format!("{FUSION_PIPELINE},{}", args.kv.pass()),
+        };
+        let options = RunOptions {
+            verify_each: true,
+            ..RunOptions::default()
+        };
+        PassManager::parse(&pipeline, options)?
+            .run(&mut module, &mut std::io::sink())
+            .with_context(|| format!("{}", path.display()))?;
+    } else if backend != Backend::Cpu {
+        bail!("{}: a package runs on cpu", path.display());
+    }
+    match backend {
+        Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
+        Backend::Cpu => planned_decoder(&module).map_err(|e| at(&e)),
+    }
+}
+
+/// The cpu decoder over every bucket graph of `module`.
+fn planned_decoder(module: &Module) -> Result<Decoder, DecodeError> {
+    let graphs = bucket_graphs(module)?;
+    let options = CpuOptions::default();
+    let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
+        let k = JitKernels::compile(g, &options)
+            .map_err(|e| DecodeError::Graph(format!("graph @{}: cpu backend: {e}", g.name)))?;
+        Ok(Box::new(k))
+    };
+    Decoder::planned(module, &graphs, &kernels)
+}
+
+/// Prefills `prompt`, then decodes up to `--max-new-tokens`, streaming.
+fn generate(
+    args: &GenerateArgs,
+    decoder: &mut Decoder,
+    prompt: &[i64],
+    sampling: Sampling,
+    tokenizer: Option<&Tokenizer>,
+) -> CmdResult {
+    let path = &args.model;
+    let at = |e: DecodeError| anyhow!("{}: {e}", path.display());
+    let vocab = decoder.vocab();
+    let mut sampler = Sampler::new(sampling, vocab);
+    let mut logits_log: Vec<f32> = Vec::new();
+    let mut out = std::io::stdout().lock();
+    let mut generated: Vec<i64> = Vec::with_capacity(args.max_new_tokens);
+    let mut printed = String::new();
+    let start = Instant::now();
+    let mut first_token = None;
+    if args.max_new_tokens > 0 {
+        let mut logits = decoder.step(prompt).map_err(at)?;
+        loop {
+            if args.logits_out.is_some() {
+                logits_log.extend_from_slice(logits);
+            }
+            let token = sampler.next(logits) as i64;
+            generated.push(token);
+            first_token.get_or_insert_with(|| start.elapsed());
+            if !args.quiet {
+                stream(&mut out, token, &generated, tokenizer, &mut printed)?;
+            }
+            if generated.len() == args.max_new_tokens || args.stop_tokens.contains(&token) {
+                break;
+            }
+            logits = decoder.step(&[token]).map_err(at)?;
+        }
+    }
+    let total = start.elapsed();
+    if args.quiet {
+        let ids: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
+        writeln!(out, "{}", ids.join(" "))?;
+    } else {
+        writeln!(out)?;
+    }
+    out.flush()?;
+    if let Some(file) = &args.logits_out {
+        let t = Tensor::from_f32(vec![generated.len(), vocab], logits_log);
+        let bytes = npy::to_bytes(&t).map_err(|e| anyhow!("{}: {e}", file.display()))?;
+        super::opt::write_atomically(file, &bytes)?;
+    }
+    if !args.quiet {
+        report(prompt.len(), generated.len(), first_token, total);
+    }
+    Ok(())
+}
+
+/// Writes one new token: its id, or the text it adds with a tokenizer.
+fn stream(
+    out: &mut impl std::io::Write,
+    token: i64,
+    generated: &[i64],
+    tokenizer: Option<&Tokenizer>,
+    printed: &mut String,
+) -> anyhow::Result<()> {
+    match tokenizer {
+        None => write!(out, "{token} ")?,
+        Some(t) => {
+            // Decode the whole text: a token may complete a character.
+            let text = t.decode(generated)?;
+            if let Some(new) = text.strip_prefix(printed.as_str()) {
+                write!(out, "{new}")?;
+            }
+            *printed = text;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Timing on stderr: time to first token (the prefill) and the decode rate.
+fn report(
+    prompt: usize,
+    generated: usize,
+    first: Option<std::time::Duration>,
+    total: std::time::Duration,
+) {
+    let Some(first) = first else { return };
+    let decode = total.saturating_sub(first).as_secs_f64();
+    let rate = if generated > 1 && decode > 0.0 {
+        format!("{:.1} tokens/s", (generated - 1) as f64 / decode)
+    } else {
+        "n/a".to_string()
+    };
+    eprintln!(
+        "prompt {prompt} tokens, generated {generated}; time to first token {:.2} ms; decode {rate}",
+        first.as_secs_f64() * 1e3
+    );
+}
