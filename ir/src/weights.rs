@@ -119,6 +119,16 @@ impl WeightStore {
         );
     }
 
+    /// Whether some weight is held in memory (added by a pass with
+    /// [`WeightStore::insert`]) rather than mapped from the weights file:
+    /// the file alone no longer holds the module's weights, so whoever
+    /// writes the module must [`WeightStore::save`] a new one.
+    pub fn has_held(&self) -> bool {
+        self.decls
+            .values()
+            .any(|w| matches!(w.data, Some(Data::Owned(_))))
+    }
+
     pub fn get(&self, name: &str) -> Option<&Weight> {
         self.decls.get(name)
     }
@@ -434,6 +444,7 @@ mod tests {
         let path = tmpdir("rt").join("m.safetensors");
         s.save(&path).unwrap();
         let back = WeightStore::open(&path).unwrap();
+        assert!(s.has_held() && !back.has_held());
         assert_eq!(
             back.tensor("w").unwrap().unwrap().as_f32().unwrap(),
             &[1.0, 2.0, 3.0, 4.0]

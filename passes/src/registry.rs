@@ -7,7 +7,7 @@ use crate::eqsat::runner::LIMIT_OPTIONS;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{Pass, PassError};
 use crate::pipeline::PipelineEntry;
-use crate::transforms::{bucket_specialize, plan_memory};
+use crate::transforms::{bucket_specialize, kv_cache, plan_memory, quantize};
 use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
 /// A registered pass: name, one-line summary, declared options and constructor.
@@ -64,6 +64,18 @@ pub static PASSES: &[PassInfo] = &[
         summary: "fuse norms, GELU, gated MLPs, RoPE and attention by equality saturation",
         options: LIMIT_OPTIONS,
         create: |o| Box::new(eqsat_fuse::EqsatFuse::from_options(o)),
+    },
+    PassInfo {
+        name: "quantize",
+        summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest), int8 activations per token",
+        options: quantize::OPTIONS,
+        create: |o| Box::new(quantize::Quantize::from_options(o)),
+    },
+    PassInfo {
+        name: "kv-cache",
+        summary: "a step over a static KV cache: cache inputs/outputs, kv_write + kv_mask, positions from %cache_pos",
+        options: kv_cache::OPTIONS,
+        create: |o| Box::new(kv_cache::KvCache::from_options(o)),
     },
     PassInfo {
         name: "bucket-specialize",

@@ -37,6 +37,9 @@ pub fn run(args: OptArgs) -> CmdResult {
     if args.pass_stats {
         let _ = write!(stderr, "{}", format_stats(&records));
     }
+    if let Some(out) = &args.output {
+        save_held_weights(&mut module, out)?;
+    }
     let text = print_module(&module);
     match &args.output {
         Some(out) => write_atomically(out, text.as_bytes())?,
@@ -61,6 +64,19 @@ fn attach_weights(module: &mut slmcc_ir::Module, input: &Path) -> anyhow::Result
         return Ok(());
     }
     module.weights.attach_file(&path)?;
+    Ok(())
+}
+
+/// A pass that added weights in memory (`quantize`) leaves the input's
+/// weights file incomplete: every weight is written to the output's
+/// `.safetensors` sibling, which the module header then names.
+fn save_held_weights(module: &mut slmcc_ir::Module, out: &Path) -> anyhow::Result<()> {
+    if !module.weights.has_held() {
+        return Ok(());
+    }
+    let path = out.with_extension("safetensors");
+    module.weights.save(&path)?;
+    module.weights.file = path.file_name().map(|f| f.to_string_lossy().into_owned());
     Ok(())
 }
 

@@ -37,8 +37,10 @@ pub mod gather_nd;
 pub mod gelu;
 pub mod glu;
 pub mod identity;
+pub mod kv_cache;
 pub mod layer_norm;
 pub mod matmul;
+pub mod qmatmul;
 pub mod range;
 pub mod reduce;
 pub mod reshape;
@@ -235,6 +237,7 @@ define_ops! {
     Cast(cast::Cast),
     Identity(identity::Identity),
     MatMul(matmul::MatMul),
+    QMatMul(qmatmul::QMatMul),
     Reshape(reshape::Reshape),
     ShapeOf(shape_of::ShapeOf),
     Concat(concat::Concat),
@@ -263,6 +266,8 @@ define_ops! {
     Glu(glu::Glu),
     Attention(attention::Attention),
     Rope(rope::Rope),
+    KvWrite(kv_cache::KvWrite),
+    KvMask(kv_cache::KvMask),
 }
 
 /// Checks the input count against `min..=max`.

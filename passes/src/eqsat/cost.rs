@@ -74,7 +74,7 @@ impl CpuCost {
         let last_dim = |f: &Fact| f.ty.shape.dims().last().map_or(1.0, |d| self.dim(d));
         match op {
             Op::Constant(_) | Op::ShapeOf(_) | Op::Size(_) => 0.0,
-            Op::MatMul(_) => 2.0 * out * last_dim(inputs[0]),
+            Op::MatMul(_) | Op::QMatMul(_) => 2.0 * out * last_dim(inputs[0]),
             Op::Glu(_) => 4.0 * out * last_dim(inputs[0]) + 8.0 * out,
             Op::Attention(_) => {
                 // q [b, h, s, d] against k [b, kv, t, d]: scores, softmax, @ v.

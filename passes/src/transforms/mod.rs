@@ -7,6 +7,8 @@ pub mod const_fold;
 pub mod cse;
 pub mod dce;
 pub mod eqsat_fuse;
+pub mod kv_cache;
 pub mod plan_memory;
+pub mod quantize;
 pub mod shape_infer;
 pub mod verify;

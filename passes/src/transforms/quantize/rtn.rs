@@ -1,0 +1,133 @@
+//! Weight quantizers for `quantize`: the [`WeightQuantizer`] interface and
+//! round-to-nearest ([`Rtn`]), the one implementation so far. Methods that
+//! need calibration data (GPTQ, AWQ) fit the same interface: they produce
+//! the same `qmatmul` operands from a weight.
+
+use slmcc_ir::ops::qmatmul::MAX_GROUP;
+use slmcc_ir::{DType, Tensor};
+
+/// The form of a quantized weight: bits per element and the rows of `K`
+/// sharing one scale per output column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scheme {
+    /// 8 (`i8` values in `-127..=127`) or 4 (`i4` values in `-8..=7`).
+    pub bits: u8,
+    /// Rows per group; `K` (the weight's row count) is per output channel.
+    pub group: usize,
+}
+
+/// The operands `qmatmul` takes for a weight `w: f32[K, N]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizedWeight {
+    /// `i8[K, N]` or `i4[K, N]`.
+    pub q: Tensor,
+    /// `f32[K / group, N]`.
+    pub scale: Tensor,
+}
+
+/// Turns an `f32[K, N]` weight into `qmatmul` operands.
+pub trait WeightQuantizer {
+    /// A short name for messages.
+    fn name(&self) -> &'static str;
+    /// Quantizes `w` under `scheme`; `Err` explains why it cannot be.
+    fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String>;
+}
+
+/// Round-to-nearest, symmetric, in `f32`: per group `g` of `group` rows and
+/// column `n`, `scale = max |w| / qmax` (`qmax` = 127 for 8 bits, 7 for 4;
+/// a zero maximum gives `scale = 1`) and `q = clamp(round_half_even(w /
+/// scale), qmin, qmax)` with `qmin` = -127 for 8 bits, -8 for 4. Weights
+/// must be finite.
+pub struct Rtn;
+
+impl WeightQuantizer for Rtn {
+    fn name(&self) -> &'static str {
+        "rtn"
+    }
+
+    fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
+        let [k, n] = *w.shape() else {
+            return Err(format!("weight of shape {:?} is not 2-D", w.shape()));
+        };
+        let Some(data) = w.as_f32() else {
+            return Err(format!("weight is {}, not f32", w.dtype()));
+        };
+        let g = scheme.group;
+        if g == 0 || g as i64 > MAX_GROUP || k % g != 0 {
+            return Err(format!("K = {k} is not a multiple of group = {g}"));
+        }
+        let (dtype, qmin, qmax) = match scheme.bits {
+            8 => (DType::I8, -127f32, 127f32),
+            4 => (DType::I4, -8f32, 7f32),
+            b => return Err(format!("{b}-bit weights are not supported (4 or 8)")),
+        };
+        if data.iter().any(|v| !v.is_finite()) {
+            return Err("weight has non-finite values".to_string());
+        }
+        let groups = k / g;
+        let mut scale = vec![0f32; groups * n];
+        let mut q = vec![0f64; k * n];
+        for gi in 0..groups {
+            for c in 0..n {
+                let rows = gi * g..(gi + 1) * g;
+                let max = rows.clone().fold(0f32, |m, r| m.max(data[r * n + c].abs()));
+                let s = if max == 0.0 { 1.0 } else { max / qmax };
+                scale[gi * n + c] = s;
+                for r in rows {
+                    let v = (data[r * n + c] / s).round_ties_even().clamp(qmin, qmax);
+                    q[r * n + c] = v as f64;
+                }
+            }
+        }
+        let q = Tensor::from_f64(dtype, vec![k, n], &q).map_err(|e| e.to_string())?;
+        Ok(QuantizedWeight {
+            q,
+            scale: Tensor::from_f32(vec![groups, n], scale),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_per_channel() {
+        // Column 0: max |w| = 2.54, scale = 0.02, q = [127, -64]
+        // (-1.27 / 0.02 = -63.5, half to even); column 1 is zero: scale 1.
+        let w = Tensor::from_f32(vec![2, 2], vec![2.54, 0.0, -1.27, 0.0]);
+        let qw = Rtn.quantize(&w, Scheme { bits: 8, group: 2 }).unwrap();
+        assert_eq!(qw.q.dtype(), DType::I8);
+        let s = 2.54f32 / 127.0;
+        assert_eq!(qw.scale.as_f32().unwrap(), &[s, 1.0]);
+        let want = [
+            (2.54f32 / s).round_ties_even(),
+            0.0,
+            (-1.27f32 / s).round_ties_even(),
+            0.0,
+        ];
+        let got: Vec<f32> = qw.q.to_i64_vec().iter().map(|&v| v as f32).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn int4_groups() {
+        // Two groups of one row: scales max/7; -7 / 1 = -7, 3.5/0.5 = 7.
+        let w = Tensor::from_f32(vec![2, 1], vec![-7.0, 3.5]);
+        let qw = Rtn.quantize(&w, Scheme { bits: 4, group: 1 }).unwrap();
+        assert_eq!(qw.q.dtype(), DType::I4);
+        assert_eq!(qw.scale.as_f32().unwrap(), &[1.0, 0.5]);
+        assert_eq!(qw.q.to_i64_vec(), vec![-7, 7]);
+    }
+
+    #[test]
+    fn rejects_bad_weights() {
+        let w = Tensor::from_f32(vec![3, 1], vec![1.0, f32::NAN, 0.0]);
+        let e = |w: &Tensor, bits, group| Rtn.quantize(w, Scheme { bits, group }).unwrap_err();
+        assert!(e(&w, 8, 3).contains("non-finite"));
+        assert!(e(&w, 4, 2).contains("not a multiple of group = 2"));
+        assert!(e(&w, 2, 3).contains("not supported"));
+        let v = Tensor::from_f32(vec![3], vec![0.0; 3]);
+        assert!(e(&v, 8, 3).contains("not 2-D"));
+    }
+}
