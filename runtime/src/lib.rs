@@ -9,17 +9,22 @@
 //! ([`exec`]: one allocation per region at load, kernels called with
 //! pointers into the regions), planned buckets behind dispatch
 //! ([`planned`]: allocation-free steps) and the package format with its
-//! verifying loader ([`package`]). The NPU simulator, the loader of AOT kernels and
-//! the KV cache arrive with their issues.
+//! verifying loader ([`package`]), and token-by-token decoding over a static
+//! KV cache ([`decode`]), and the NPU simulator ([`npu_sim`]: our NPU ISA
+//! executed bit-exactly with the cycle model of `docs/NPU_ISA.md`; not yet
+//! behind `--backend npu-sim`). The loader of AOT kernels is to come.
 
 pub mod bind;
 pub mod bucket;
 pub mod compare;
+pub mod decode;
 pub mod exec;
 pub mod interp;
 pub mod jit;
+pub mod npu_sim;
 pub mod npy;
 pub mod package;
 pub mod planned;
+pub mod sample;
 
 pub use interp::{run_graph, Capture, RunError, RunResult};
