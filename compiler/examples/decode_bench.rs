@@ -56,8 +56,9 @@ use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
-use slmcc_runtime::exec::{Kernel, KernelArgs, KernelSet};
+use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
+use slmcc_runtime::timed::{Recorder, TimedKernels};
 
 use slmcc::pipeline::kv_cache_pipeline;
 
@@ -397,10 +398,15 @@ fn planned_decoder(module: &Module, timer: Option<&Rc<NodeTimes>>) -> Result<Dec
         let k = JitKernels::compile(g, &options)
             .map_err(|e| DecodeError::Graph(format!("graph @{}: cpu backend: {e}", g.name)))?;
         match timer {
-            Some(t) if decode_graph.as_deref() == Some(g.name.as_str()) => Ok(Box::new(Timed {
-                inner: k,
-                times: t.clone(),
-            })),
+            Some(t) if decode_graph.as_deref() == Some(g.name.as_str()) => {
+                let times = t.clone();
+                let record: Recorder = Rc::new(move |node, nanos| {
+                    if let Some(s) = times.samples.get(node) {
+                        s.borrow_mut().push(nanos);
+                    }
+                });
+                Ok(Box::new(TimedKernels { inner: k, record }))
+            }
             _ => Ok(Box::new(k)),
         }
     };
@@ -818,28 +824,6 @@ impl NodeTimes {
 
     fn clear(&self) {
         self.samples.iter().for_each(|s| s.borrow_mut().clear());
-    }
-}
-
-/// JIT kernels with each call timed into [`NodeTimes`].
-struct Timed {
-    inner: JitKernels,
-    times: Rc<NodeTimes>,
-}
-
-impl KernelSet for Timed {
-    fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String> {
-        let k = self.inner.kernel(graph, node)?;
-        let times = self.times.clone();
-        Ok(Box::new(move |args: &KernelArgs<'_>| {
-            let t = Instant::now();
-            let r = k(args);
-            let nanos = t.elapsed().as_nanos() as u64;
-            if let Some(s) = times.samples.get(node) {
-                s.borrow_mut().push(nanos);
-            }
-            r
-        }))
     }
 }
 

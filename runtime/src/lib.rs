@@ -26,5 +26,6 @@ pub mod npy;
 pub mod package;
 pub mod planned;
 pub mod sample;
+pub mod timed;
 
 pub use interp::{run_graph, Capture, RunError, RunResult};
