@@ -36,6 +36,21 @@ static float from_bits(uint32_t u) {
     return x;
 }
 
+/*
+ * msun_expf and msun_erff below follow FreeBSD msun's e_expf.c and s_erff.c
+ * (float conversion by Ian Lance Taylor, Cygnus Support), as the Rust `libm`
+ * crate ports them; their notice:
+ *
+ * ====================================================
+ * Copyright (C) 1993 by Sun Microsystems, Inc. All rights reserved.
+ *
+ * Developed at SunPro, a Sun Microsystems, Inc. business.
+ * Permission to use, copy, modify, and distribute this
+ * software is freely granted, provided that this notice
+ * is preserved.
+ * ====================================================
+ */
+
 /* msun e_expf.c, as the `libm` crate 0.2 has it (only `erff` uses it). */
 static float msun_expf(float x) {
     static const float half[2] = {0.5f, -0.5f};
