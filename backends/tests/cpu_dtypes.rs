@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{check, run_jit, Expect, Kind, Lcg};
+use common::{broadcast_of, check, run_jit, shape, Expect, Kind, Lcg};
 use proptest::prelude::*;
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
@@ -29,20 +29,6 @@ fn config() -> ProptestConfig {
         cases: 24,
         ..ProptestConfig::default()
     }
-}
-
-/// A shape of rank `0..=max_rank` with dims in `1..=max_dim`.
-fn shape(max_rank: usize, max_dim: usize) -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(1..=max_dim, 0..=max_rank)
-}
-
-/// A shape that broadcasts to `s`: some leading axes dropped, some dims 1.
-fn broadcast_of(s: &[usize], rng: &mut Lcg) -> Vec<usize> {
-    let drop = rng.below(s.len() as u64 + 1) as usize;
-    s[drop..]
-        .iter()
-        .map(|&d| if rng.below(3) == 0 { 1 } else { d })
-        .collect()
 }
 
 /// `f32` values with zeros, infinities, NaN, tiny and huge ones mixed in.

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{check, check_with, run_jit, Expect, Kind, Lcg};
+use common::{broadcast_of, check, check_with, run_jit, shape, Expect, Kind, Lcg};
 use proptest::prelude::*;
 use slmcc_backends::cpu::{CpuError, CpuOptions};
 use slmcc_ir::ops::add_layer_norm::AddLayerNorm;
@@ -58,20 +58,6 @@ fn config() -> ProptestConfig {
         cases: 32,
         ..ProptestConfig::default()
     }
-}
-
-/// A shape of rank `0..=max_rank` with dims in `1..=max_dim`.
-fn shape(max_rank: usize, max_dim: usize) -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(1..=max_dim, 0..=max_rank)
-}
-
-/// A shape that broadcasts to `s`: some leading axes dropped, some dims 1.
-fn broadcast_of(s: &[usize], rng: &mut Lcg) -> Vec<usize> {
-    let drop = rng.below(s.len() as u64 + 1) as usize;
-    s[drop..]
-        .iter()
-        .map(|&d| if rng.below(3) == 0 { 1 } else { d })
-        .collect()
 }
 
 /// Values with a few specials mixed in (zeros, infinities, NaN).

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use proptest::prelude::*;
+
 use slmcc_backends::cpu::{CpuError, CpuExecutor, CpuOptions};
 use slmcc_ir::ops::constant::Constant;
 use slmcc_ir::ops::{static_dims, Fact, Known};
@@ -220,4 +222,18 @@ pub fn assert_same(got: &Tensor, want: &Tensor, expect: Expect, what: &str) {
             }
         }
     }
+}
+
+/// A shape of rank `0..=max_rank` with dims in `1..=max_dim`.
+pub fn shape(max_rank: usize, max_dim: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1..=max_dim, 0..=max_rank)
+}
+
+/// A shape that broadcasts to `s`: some leading axes dropped, some dims 1.
+pub fn broadcast_of(s: &[usize], rng: &mut Lcg) -> Vec<usize> {
+    let drop = rng.below(s.len() as u64 + 1) as usize;
+    s[drop..]
+        .iter()
+        .map(|&d| if rng.below(3) == 0 { 1 } else { d })
+        .collect()
 }

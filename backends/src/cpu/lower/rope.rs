@@ -67,63 +67,40 @@ pub fn rope(kb: &mut KernelBuilder, op: &Rope, sig: &NodeSig) -> Result<(), CpuE
     let interleaved = op.interleaved;
     kb.nest(&[b, h, s], &rows, None, |kb, p, _| {
         let (xr, cr, sr, yr) = (p[0].addr, p[1].addr, p[2].addr, p[3].addr);
-        if interleaved {
-            // Pairs (2m, 2m + 1): stride 2 over m.
-            let at = |kb: &mut KernelBuilder, base: Value, odd: bool| {
-                acc(kb.offset(base, if odd { 4 } else { 0 }), vec![2])
-            };
-            let accesses = [
-                at(kb, xr, false),
-                at(kb, xr, true),
-                at(kb, cr, false),
-                at(kb, cr, true),
-                at(kb, sr, false),
-                at(kb, sr, true),
-                at(kb, yr, false),
-                at(kb, yr, true),
-            ];
-            kb.nest(&[half], &accesses, None, |kb, q, w| {
-                let v: Vec<Value> = q[..6]
-                    .iter()
-                    .map(|&pp| kb.load(types::F32, pp, w))
-                    .collect();
-                let (xe, xo, ce, co, se, so) = (v[0], v[1], v[2], v[3], v[4], v[5]);
-                let nxo = kb.b.ins().fneg(xo);
-                let ye = rotate(kb, xe, ce, nxo, se);
-                let yo = rotate(kb, xo, co, xe, so);
-                kb.store(ye, q[6]);
-                kb.store(yo, q[7]);
-                Ok(())
-            })?;
+        // The pair (first, second) of each rotation: (2m, 2m + 1) with
+        // stride 2 when interleaved (scalar steps), else (m, m + half) with
+        // stride 1 (f32x4 steps).
+        let (second, stride, width) = if interleaved {
+            (4, 2, None)
         } else {
-            let hb = (half * 4) as i64;
-            let at = |kb: &mut KernelBuilder, base: Value, hi: bool| {
-                acc(kb.offset(base, if hi { hb } else { 0 }), vec![1])
-            };
-            let accesses = [
-                at(kb, xr, false),
-                at(kb, xr, true),
-                at(kb, cr, false),
-                at(kb, cr, true),
-                at(kb, sr, false),
-                at(kb, sr, true),
-                at(kb, yr, false),
-                at(kb, yr, true),
-            ];
-            kb.nest(&[half], &accesses, Some(4), |kb, q, w| {
-                let v: Vec<Value> = q[..6]
-                    .iter()
-                    .map(|&pp| kb.load(types::F32, pp, w))
-                    .collect();
-                let (xl, xh, cl, ch, sl, sh) = (v[0], v[1], v[2], v[3], v[4], v[5]);
-                let nxh = kb.b.ins().fneg(xh);
-                let yl = rotate(kb, xl, cl, nxh, sl);
-                let yh = rotate(kb, xh, ch, xl, sh);
-                kb.store(yl, q[6]);
-                kb.store(yh, q[7]);
-                Ok(())
-            })?;
-        }
+            ((half * 4) as i64, 1, Some(4))
+        };
+        let at = |kb: &mut KernelBuilder, base: Value, hi: bool| {
+            acc(kb.offset(base, if hi { second } else { 0 }), vec![stride])
+        };
+        let accesses = [
+            at(kb, xr, false),
+            at(kb, xr, true),
+            at(kb, cr, false),
+            at(kb, cr, true),
+            at(kb, sr, false),
+            at(kb, sr, true),
+            at(kb, yr, false),
+            at(kb, yr, true),
+        ];
+        kb.nest(&[half], &accesses, width, |kb, q, w| {
+            let v: Vec<Value> = q[..6]
+                .iter()
+                .map(|&pp| kb.load(types::F32, pp, w))
+                .collect();
+            let (x1, x2, c1, c2, s1, s2) = (v[0], v[1], v[2], v[3], v[4], v[5]);
+            let nx2 = kb.b.ins().fneg(x2);
+            let y1 = rotate(kb, x1, c1, nx2, s1);
+            let y2 = rotate(kb, x2, c2, x1, s2);
+            kb.store(y1, q[6]);
+            kb.store(y2, q[7]);
+            Ok(())
+        })?;
         if d > r {
             let (src, dst) = (kb.offset(xr, ri * 4), kb.offset(yr, ri * 4));
             copy(kb, &[d - r], 4, src, vec![1], dst, vec![1])?;
