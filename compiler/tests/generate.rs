@@ -242,7 +242,16 @@ fn a_text_prompt_goes_through_the_tokenizer() {
     let by_text = generate_llama(&text, true);
     let by_ids = generate_llama(&["--prompt-ids", "42,71,286,81,436,278"], true);
     assert_eq!(stdout(&by_text), stdout(&by_ids));
-    // Streaming with the tokenizer prints text, and the timing on stderr.
+    // Streaming with the tokenizer prints the text of the generated ids
+    // (piece by piece, as characters complete), and the timing on stderr.
     let o = generate_llama(&text, false);
     assert!(stderr(&o).contains("time to first token"), "{}", stderr(&o));
+    let t =
+        tokenizers::Tokenizer::from_file(repo().join("testdata/tokenizers/tiny-bpe.json")).unwrap();
+    let ids: Vec<u32> = stdout(&by_text)
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let want = t.decode(&ids, true).unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), format!("{want}\n"));
 }

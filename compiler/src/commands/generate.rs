@@ -132,7 +132,7 @@ fn generate(
     let mut logits_log: Vec<f32> = Vec::new();
     let mut out = std::io::stdout().lock();
     let mut generated: Vec<i64> = Vec::with_capacity(args.max_new_tokens);
-    let mut printed = String::new();
+    let mut printed = Printed::default();
     let start = Instant::now();
     let mut first_token = None;
     if args.max_new_tokens > 0 {
@@ -158,6 +158,13 @@ fn generate(
         let ids: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
         writeln!(out, "{}", ids.join(" "))?;
     } else {
+        if let Some(t) = tokenizer {
+            // Bytes still waiting for the rest of a character.
+            let text = t.decode(&generated[printed.start.min(generated.len())..])?;
+            if let Some(rest) = text.get(printed.printed..) {
+                write!(out, "{rest}")?;
+            }
+        }
         writeln!(out)?;
     }
     out.flush()?;
@@ -172,23 +179,38 @@ fn generate(
     Ok(())
 }
 
+/// What of the generated text is on stdout: the text decoded from
+/// `generated[start..]` was printed up to byte `printed`.
+#[derive(Default)]
+struct Printed {
+    start: usize,
+    printed: usize,
+}
+
 /// Writes one new token: its id, or the text it adds with a tokenizer.
+/// Only a short window of tokens is decoded each time (the last printed
+/// token stays in it, for decoders that depend on the token before, such
+/// as a leading space); a token that ends inside a character waits for the
+/// next.
 fn stream(
     out: &mut impl std::io::Write,
     token: i64,
     generated: &[i64],
     tokenizer: Option<&Tokenizer>,
-    printed: &mut String,
+    state: &mut Printed,
 ) -> anyhow::Result<()> {
     match tokenizer {
         None => write!(out, "{token} ")?,
         Some(t) => {
-            // Decode the whole text: a token may complete a character.
-            let text = t.decode(generated)?;
-            if let Some(new) = text.strip_prefix(printed.as_str()) {
+            let text = t.decode(&generated[state.start..])?;
+            if text.ends_with('\u{FFFD}') {
+                return Ok(());
+            }
+            if let Some(new) = text.get(state.printed..) {
                 write!(out, "{new}")?;
             }
-            *printed = text;
+            state.start = generated.len() - 1;
+            state.printed = t.decode(&generated[state.start..])?.len();
         }
     }
     out.flush()?;
