@@ -7,7 +7,7 @@ use crate::eqsat::runner::LIMIT_OPTIONS;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{Pass, PassError};
 use crate::pipeline::PipelineEntry;
-use crate::transforms::{bucket_specialize, kv_cache, plan_memory, quantize};
+use crate::transforms::{bucket_specialize, kv_cache, partition, plan_memory, quantize};
 use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
 /// A registered pass: name, one-line summary, declared options and constructor.
@@ -70,6 +70,12 @@ pub static PASSES: &[PassInfo] = &[
         summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest), int8 activations per token",
         options: quantize::OPTIONS,
         create: |o| Box::new(quantize::Quantize::from_options(o)),
+    },
+    PassInfo {
+        name: "partition",
+        summary: "report which nodes the NPU runs and which stay on the CPU, and why (changes nothing)",
+        options: partition::OPTIONS,
+        create: |o| Box::new(partition::Partition::from_options(o)),
     },
     PassInfo {
         name: "kv-cache",

@@ -2,6 +2,7 @@
 //! (INT8 per output channel, or INT4 per group), activations quantized per
 //! token at run time by the op itself.
 
+pub mod glu;
 pub mod rtn;
 
 use std::collections::{BTreeSet, HashMap};
@@ -10,9 +11,11 @@ use slmcc_ir::ops::qmatmul::QMatMul;
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{DType, Graph, Module, Op, TensorType, ValueDef, ValueId, WeightStore};
 
+use self::glu::QWeight;
 use self::rtn::{Rtn, Scheme, WeightQuantizer};
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
+use slmcc_ir::ops::glu::Glu;
 
 /// Options of `quantize`.
 pub const OPTIONS: &[OptionSpec] = &[
@@ -27,6 +30,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         kind: OptionKind::Int,
         default: "128",
         help: "int4: rows of K sharing a scale; 0 = one group (per output channel)",
+    },
+    OptionSpec {
+        name: "glus",
+        kind: OptionKind::Str,
+        default: "split",
+        help: "fused gated MLPs (swiglu/geglu): split (into qmatmuls and the gate arithmetic) or keep (in f32)",
     },
     OptionSpec {
         name: "keep",
@@ -45,16 +54,25 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// scale per `group` rows of `K` and output column (`group=0`: per output
 /// channel). A weight used by several matmuls (or graphs) is quantized once.
 ///
+/// The group of a weight is `gcd(K, group)`: the requested group when it
+/// divides `K`, else the largest divisor of `K` that also divides it (for
+/// a power of two, the largest power of two dividing both; a weight with
+/// `K = 64` at `group=128` is per output channel). Narrowed weights are
+/// counted (`groups-narrowed`).
+///
+/// Fused gated MLPs (`swiglu`/`geglu` by module weights) are taken apart
+/// into `qmatmul`s and the gate arithmetic with `glus=split` (the default,
+/// [`glu`]); `glus=keep` leaves them in `f32`.
+///
 /// Kept in `f32`: with `keep=lm-head` (the default) every matmul whose result
 /// is a graph output (the LM head); the embedding (`gather`), norms and
-/// residual adds are not matmuls and are never touched; the fused gated
-/// MLPs (`swiglu`/`geglu`) stay in `f32` for now and are counted. Original
+/// residual adds are not matmuls and are never touched. Original
 /// weights that no graph references any more are removed from the module,
 /// so a package holds only the quantized form. Memory plans are dropped
 /// (the weights region changed): plan again after this pass.
 ///
-/// Requires: a verified module whose quantized weights have data loaded,
-/// and `K` a multiple of `group` for int4. Fails, naming the graph and
+/// Requires: a verified module whose quantized weights have data loaded.
+/// Fails, naming the graph and
 /// node, otherwise. Guarantees: a module that verifies; graph signatures
 /// unchanged. Statistics: `matmuls-quantized`, `matmuls-kept` (weight
 /// matmuls left in `f32`), `glus-kept`, `weight-bytes-before`,
@@ -62,6 +80,7 @@ pub const OPTIONS: &[OptionSpec] = &[
 pub struct Quantize {
     weights: String,
     group: i64,
+    glus: String,
     keep: String,
 }
 
@@ -70,6 +89,7 @@ struct Config {
     bits: u8,
     /// 0: per output channel (the whole of `K`).
     group: usize,
+    split_glus: bool,
     keep_lm_head: bool,
 }
 
@@ -85,6 +105,7 @@ impl Quantize {
         Quantize {
             weights: o.str("weights").to_string(),
             group: o.int("group"),
+            glus: o.str("glus").to_string(),
             keep: o.str("keep").to_string(),
         }
     }
@@ -120,9 +141,20 @@ impl Quantize {
                 ))
             }
         };
+        let split_glus = match self.glus.as_str() {
+            "split" => true,
+            "keep" => false,
+            k => {
+                return Err(failed(
+                    "quantize",
+                    format!("glus `{k}` is not supported (valid: split, keep)"),
+                ))
+            }
+        };
         Ok(Config {
             bits,
             group: if bits == 8 { 0 } else { self.group as usize },
+            split_glus,
             keep_lm_head,
         })
     }
@@ -137,33 +169,53 @@ impl Pass for Quantize {
         let cfg = self.config()?;
         stats.add("weight-bytes-before", weight_bytes(&module.weights));
         let mut done: HashMap<String, Done> = HashMap::new();
-        let (mut quantized, mut kept, mut glus) = (0, 0, 0);
+        let mut count = Counts::default();
         for g in &mut module.graphs {
             let mut changed = false;
+            let mut split: HashMap<usize, (Glu, Vec<QWeight>)> = HashMap::new();
             for i in 0..g.nodes.len() {
-                if matches!(g.nodes[i].op, Op::Glu(_)) {
-                    glus += 1;
+                if let Op::Glu(glu) = g.nodes[i].op {
+                    match glu_weights(g, i).filter(|_| cfg.split_glus) {
+                        Some(ws) => {
+                            let mut qs = Vec::new();
+                            for w in ws {
+                                let d = quantized(&mut done, &mut module.weights, &w, &cfg)
+                                    .map_err(|e| at(g, i, &e))?;
+                                qs.push(d.values(g));
+                            }
+                            split.insert(i, (glu, qs));
+                            count.glus_split += 1;
+                        }
+                        None => count.glus_kept += 1,
+                    }
+                    continue;
                 }
                 let Some(w) = weight_operand(g, i) else {
                     continue;
                 };
                 let is_output = g.outputs.contains(&g.nodes[i].outputs[0]);
                 if (cfg.keep_lm_head && is_output) || g.ty(g.nodes[i].inputs[0]).rank() < 2 {
-                    kept += 1;
+                    count.kept += 1;
                     continue;
                 }
-                if !done.contains_key(&w) {
-                    let d =
-                        quantize_weight(&mut module.weights, &w, &cfg).map_err(|e| at(g, i, &e))?;
-                    done.insert(w.clone(), d);
-                }
-                let d = &done[&w];
-                let q = g.weight(&d.q.0, d.q.1.clone());
-                let s = g.weight(&d.scale.0, d.scale.1.clone());
+                let d = quantized(&mut done, &mut module.weights, &w, &cfg)
+                    .map_err(|e| at(g, i, &e))?;
+                let QWeight { q, scale, op } = d.values(g);
                 let node = &mut g.nodes[i];
-                node.op = Op::QMatMul(d.op);
-                node.inputs = vec![node.inputs[0], q, s];
-                quantized += 1;
+                node.op = Op::QMatMul(op);
+                node.inputs = vec![node.inputs[0], q, scale];
+                count.quantized += 1;
+                changed = true;
+            }
+            if !split.is_empty() {
+                let old = std::mem::take(&mut g.nodes);
+                for (i, node) in old.into_iter().enumerate() {
+                    match split.remove(&i) {
+                        Some((glu, qs)) => glu::expand(g, &node, glu, &qs)
+                            .map_err(|e| failed("quantize", format!("graph @{}: {e}", g.name)))?,
+                        None => g.nodes.push(node),
+                    }
+                }
                 changed = true;
             }
             if changed {
@@ -176,15 +228,77 @@ impl Pass for Quantize {
                 module.weights.remove(w);
             }
         }
-        if quantized > 0 {
+        let changed = count.quantized + count.glus_split > 0;
+        if changed {
             module.plans.clear();
         }
-        stats.add("matmuls-quantized", quantized);
-        stats.add("matmuls-kept", kept);
-        stats.add("glus-kept", glus);
+        stats.add("matmuls-quantized", count.quantized);
+        stats.add("matmuls-kept", count.kept);
+        stats.add("glus-split", count.glus_split);
+        stats.add("glus-kept", count.glus_kept);
+        stats.add("groups-narrowed", count_narrowed(&done, &cfg));
         stats.add("weight-bytes-after", weight_bytes(&module.weights));
-        Ok(quantized > 0)
+        Ok(changed)
     }
+}
+
+#[derive(Default)]
+struct Counts {
+    quantized: u64,
+    kept: u64,
+    glus_split: u64,
+    glus_kept: u64,
+}
+
+impl Done {
+    /// The quantized weight's operands as values of `g`.
+    fn values(&self, g: &mut Graph) -> QWeight {
+        QWeight {
+            q: g.weight(&self.q.0, self.q.1.clone()),
+            scale: g.weight(&self.scale.0, self.scale.1.clone()),
+            op: self.op,
+        }
+    }
+}
+
+/// Weight `w` quantized, once per module.
+fn quantized<'a>(
+    done: &'a mut HashMap<String, Done>,
+    store: &mut WeightStore,
+    w: &str,
+    cfg: &Config,
+) -> Result<&'a Done, String> {
+    if !done.contains_key(w) {
+        let d = quantize_weight(store, w, cfg)?;
+        done.insert(w.to_string(), d);
+    }
+    Ok(&done[w])
+}
+
+/// Weights quantized with a smaller group than asked (see [`Quantize`]).
+fn count_narrowed(done: &HashMap<String, Done>, cfg: &Config) -> u64 {
+    let narrowed = |d: &&Done| cfg.group != 0 && (d.op.group as usize) < cfg.group;
+    done.values().filter(narrowed).count() as u64
+}
+
+/// For a `swiglu`/`geglu` node of an `f32` operand by 2-D `f32` module
+/// weights, the weights' names.
+fn glu_weights(g: &Graph, i: usize) -> Option<Vec<String>> {
+    let node = &g.nodes[i];
+    if g.ty(node.inputs[0]).dtype != DType::F32 {
+        return None;
+    }
+    node.inputs[1..]
+        .iter()
+        .map(|&w| {
+            let ValueDef::Weight(name) = &g.value(w).def else {
+                return None;
+            };
+            let wt = g.ty(w);
+            let ok = wt.dtype == DType::F32 && wt.rank() == 2 && wt.shape.as_fixed().is_some();
+            ok.then(|| name.clone())
+        })
+        .collect()
 }
 
 /// For a `matmul` node, the name of its second operand when that is a 2-D
@@ -212,12 +326,10 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
             format!("weight @{name} has no data (quantize needs the weights file loaded)")
         })?;
     let k = data.shape().first().copied().unwrap_or(0);
-    let group = if cfg.group == 0 { k } else { cfg.group };
-    if k == 0 || k % group != 0 {
-        return Err(format!(
-            "weight @{name}: K = {k} is not a multiple of group = {group} (choose a divisor, or group=0 for per output channel)"
-        ));
+    if k == 0 {
+        return Err(format!("weight @{name} has no rows"));
     }
+    let group = if cfg.group == 0 { k } else { gcd(k, cfg.group) };
     let scheme = Scheme {
         bits: cfg.bits,
         group,
@@ -237,6 +349,14 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
         scale: (s_name, s_ty),
         op,
     })
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 fn fixed_type(dtype: DType, shape: &[usize]) -> TensorType {
@@ -307,6 +427,7 @@ mod tests {
         let mut pass = Quantize {
             weights: weights.to_string(),
             group,
+            glus: "split".to_string(),
             keep: keep.to_string(),
         };
         pass.run(&mut m, &mut stats)?;
@@ -383,15 +504,22 @@ mod tests {
         assert!(e(run("int3", 128, "lm-head")).contains("valid: int8, int4"));
         assert!(e(run("int8", 128, "all")).contains("valid: lm-head, none"));
         assert!(e(run("int4", -1, "lm-head")).contains("group must be in"));
-        let msg = e(run("int4", 3, "lm-head"));
-        assert!(
-            msg.contains("node %h: weight @w: K = 4 is not a multiple of group = 3"),
-            "{msg}"
-        );
+        let mut pass = Quantize {
+            weights: "int8".to_string(),
+            group: 128,
+            glus: "fuse".to_string(),
+            keep: "lm-head".to_string(),
+        };
+        let msg = pass
+            .run(&mut module(), &mut Statistics::default())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("valid: split, keep"), "{msg}");
         let mut m = parse_module(SRC).unwrap();
         let mut pass = Quantize {
             weights: "int8".to_string(),
             group: 128,
+            glus: "split".to_string(),
             keep: "lm-head".to_string(),
         };
         let msg = pass
@@ -399,5 +527,88 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("weight @w has no data"), "{msg}");
+    }
+
+    #[test]
+    fn a_group_not_dividing_k_narrows_to_the_gcd() {
+        let (m, stats) = run("int4", 6, "none").unwrap();
+        let Op::QMatMul(op) = m.graphs[0].nodes[0].op else {
+            panic!("not quantized")
+        };
+        // K = 4 for @w: gcd(4, 6) = 2; K = 2 for @head: gcd(2, 6) = 2.
+        assert_eq!(op.group, 2);
+        assert_eq!(stats.get("groups-narrowed"), 2);
+    }
+
+    /// Evaluates `@main` of `m` node by node (the reference semantics).
+    fn run_main(m: &Module, inputs: &[(&str, Tensor)]) -> Vec<Tensor> {
+        let g = &m.graphs[0];
+        let mut env: HashMap<ValueId, Tensor> = HashMap::new();
+        for (id, v) in g.values() {
+            if let ValueDef::Weight(name) = &v.def {
+                env.insert(id, (*m.weights.tensor(name).unwrap().unwrap()).clone());
+            }
+        }
+        for (&id, (_, t)) in g.inputs.iter().zip(inputs) {
+            env.insert(id, t.clone());
+        }
+        for node in &g.nodes {
+            let ins: Vec<&Tensor> = node.inputs.iter().map(|i| &env[i]).collect();
+            let outs = node.op.eval(&ins, &EvalCtx::default()).unwrap();
+            env.extend(node.outputs.iter().copied().zip(outs));
+        }
+        g.outputs.iter().map(|o| env[o].clone()).collect()
+    }
+
+    const GLU_SRC: &str = "module @m {
+  weight @wg : f32[4, 3]
+  weight @wu : f32[4, 3]
+  weight @wgu : f32[4, 6]
+
+  graph @main(%x: f32[2, 4]) -> (f32[2, 3], f32[2, 3]) {
+    %m = swiglu %x, @wg, @wu : f32[2, 3]
+    %n = geglu %x, @wgu {approximate = \"tanh\"} : f32[2, 3]
+    return %m, %n
+  }
+}
+";
+
+    #[test]
+    fn gated_mlps_split_into_qmatmuls_and_stay_close() {
+        let mut m = parse_module(GLU_SRC).unwrap();
+        let data = |n: usize, k: f32| (0..n).map(|i| ((i as f32) * k).sin()).collect();
+        m.weights
+            .insert("wg", Tensor::from_f32(vec![4, 3], data(12, 0.7)));
+        m.weights
+            .insert("wu", Tensor::from_f32(vec![4, 3], data(12, 1.3)));
+        m.weights
+            .insert("wgu", Tensor::from_f32(vec![4, 6], data(24, 0.9)));
+        let x = Tensor::from_f32(vec![2, 4], data(8, 2.1));
+        let before = run_main(&m, &[("x", x.clone())]);
+        let mut stats = Statistics::default();
+        let mut pass = Quantize {
+            weights: "int8".to_string(),
+            group: 128,
+            glus: "split".to_string(),
+            keep: "none".to_string(),
+        };
+        pass.run(&mut m, &mut stats).unwrap();
+        verify_module(&m).unwrap();
+        let text = print_module(&m);
+        assert_eq!(stats.get("glus-split"), 2, "{text}");
+        assert!(
+            !text.contains("swiglu") && !text.contains("geglu"),
+            "{text}"
+        );
+        assert!(text.contains("= qmatmul %x, @wg.q, @wg.scale"), "{text}");
+        assert!(text.contains("= split %"), "{text}");
+        assert!(text.contains("%m = mul %"), "{text}");
+        assert!(m.weights.get("wgu").is_none());
+        let after = run_main(&m, &[("x", x)]);
+        for (a, b) in before.iter().zip(&after) {
+            for (p, q) in a.as_f32().unwrap().iter().zip(b.as_f32().unwrap()) {
+                assert!((p - q).abs() < 0.05, "{p} vs {q}");
+            }
+        }
     }
 }
