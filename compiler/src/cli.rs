@@ -89,7 +89,8 @@ pub struct OptArgs {
 pub struct CompileArgs {
     /// The model: ONNX (`.onnx`), or textual IR (`.slm`, with its weights file).
     pub model: PathBuf,
-    /// The target: `cpu` (`rk3588` is not yet supported).
+    /// The target: `cpu`, or `rk3588` (quantized linear layers on the
+    /// modelled NPU, the rest on its CPU cores).
     #[arg(long, value_name = "cpu|rk3588")]
     pub target: String,
     /// The package to write [default: MODEL's file stem + `.slmpkg`, in the
@@ -106,9 +107,8 @@ pub struct CompileArgs {
     /// With --bucket-profile: how many buckets to choose [default: 3].
     #[arg(long, value_name = "K", requires = "bucket_profile")]
     pub max_buckets: Option<usize>,
-    /// Weight quantization (only `none` is supported yet).
-    #[arg(long, value_name = "none|w8a8|w4a8")]
-    pub quant: Option<String>,
+    #[command(flatten)]
+    pub quant: QuantArgs,
     /// The pass pipeline, replacing the default (see below).
     #[arg(long, value_name = "PIPELINE")]
     pub passes: Option<String>,
@@ -230,6 +230,29 @@ pub struct GenerateArgs {
     /// Print only the generated ids, one line at the end (no streaming, no timing).
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// Weight quantization: the `quantize` pass after fusion.
+#[derive(Args, Debug, Clone)]
+pub struct QuantArgs {
+    /// `none`, `w8a8` (INT8 weights per output channel) or `w4a8` (INT4
+    /// weights per group); activations INT8 per token. The LM head, the
+    /// embedding, norms and residual adds stay f32 [default: w8a8 for
+    /// --target rk3588, none otherwise].
+    #[arg(long, value_name = "none|w8a8|w4a8")]
+    pub quant: Option<String>,
+    /// With `w4a8`: rows of K sharing one scale (narrowed to a divisor of
+    /// K where it does not divide it).
+    #[arg(long, value_name = "G", default_value_t = slmcc::pipeline::DEFAULT_QUANT_GROUP)]
+    pub quant_group: usize,
+}
+
+impl QuantArgs {
+    /// The checked choice; `default` when `--quant` is not given.
+    pub fn get(&self, default: &str) -> anyhow::Result<slmcc::pipeline::Quant> {
+        let name = self.quant.as_deref().unwrap_or(default);
+        slmcc::pipeline::Quant::parse(name, self.quant_group).map_err(anyhow::Error::msg)
+    }
 }
 
 /// The KV cache's options (the `kv-cache` pass's).

@@ -21,7 +21,7 @@ use slmcc_ir::{Module, OpDef, Region};
 use slmcc_passes::{parse_pipeline, PassManager, PassRecord, RunOptions};
 use slmcc_runtime::package::{
     self, BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet,
-    ISA_HOST_JIT, RUNTIME_ABI, TARGET_CPU,
+    ISA_HOST_JIT, RUNTIME_ABI, TARGET_CPU, TARGET_RK3588,
 };
 
 use super::load::load_module;
@@ -41,7 +41,8 @@ pub const FUSED_OPS: [&str; 8] = [
     "attention",
 ];
 
-pub use slmcc::pipeline::{default_pipeline, FUSION_PIPELINE};
+pub use slmcc::pipeline::FUSION_PIPELINE;
+use slmcc::pipeline::{quantized_pipeline, Quant};
 
 /// `--passes` completed so that every graph ends up a planned bucket:
 /// `bucket-specialize{bucket_options}` appended unless the pipeline runs
@@ -74,14 +75,18 @@ pub fn complete_pipeline(
 
 /// The pipeline of `--kv-cache`: fusion, `kv-cache` with the cache
 /// options, the prefill buckets plus bucket 1 (decode), planning.
-fn kv_cache_pipeline(args: &CompileArgs) -> anyhow::Result<String> {
+fn kv_cache_pipeline(args: &CompileArgs, quant: Quant) -> anyhow::Result<String> {
     if args.bucket_profile.is_some() {
         bail!("--kv-cache takes --buckets, not --bucket-profile");
     }
     let list = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
     let sizes = slmcc_passes::transforms::bucket_specialize::parse_buckets(list)
         .map_err(|e| anyhow!("--buckets: {e}"))?;
-    Ok(slmcc::pipeline::kv_cache_pipeline(&args.kv.pass(), &sizes))
+    Ok(slmcc::pipeline::quantized_kv_cache_pipeline(
+        quant,
+        &args.kv.pass(),
+        &sizes,
+    ))
 }
 
 /// Where the kernels are for.
@@ -93,26 +98,30 @@ enum Cpu {
     Aarch64,
 }
 
-fn check_target(args: &CompileArgs) -> anyhow::Result<Cpu> {
-    match args.target.as_str() {
-        "cpu" => {}
-        "rk3588" => bail!(
-            "--target rk3588 is not yet supported in this version (the NPU target is to come; use --target cpu)"
-        ),
+/// What `--target`, `--quant` and `--cpu` ask for.
+struct Choice {
+    /// `--target rk3588`: the NPU takes what the partition places on it.
+    npu: bool,
+    quant: Quant,
+    cpu: Cpu,
+}
+
+fn check_target(args: &CompileArgs) -> anyhow::Result<Choice> {
+    let npu = match args.target.as_str() {
+        "cpu" => false,
+        "rk3588" => true,
         t => bail!("unknown target `{t}` (valid: cpu, rk3588)"),
-    }
-    match args.quant.as_deref() {
-        None | Some("none") => {}
-        Some(q @ ("w8a8" | "w4a8")) => {
-            bail!("--quant {q} is not yet supported in this version (use --quant none)")
-        }
-        Some(q) => bail!("unknown --quant `{q}` (valid: none, w8a8, w4a8)"),
-    }
-    match args.cpu.as_str() {
-        "host" => Ok(Cpu::Host),
-        "aarch64" => Ok(Cpu::Aarch64),
+    };
+    let quant = args.quant.get(if npu { "w8a8" } else { "none" })?;
+    let cpu = match args.cpu.as_str() {
+        "host" => Cpu::Host,
+        "aarch64" => Cpu::Aarch64,
         c => bail!("unknown --cpu `{c}` (valid: host, aarch64)"),
+    };
+    if args.passes.is_some() && quant != Quant::None {
+        bail!("--quant with --passes: put the quantize{{...}} entry in the pipeline instead");
     }
+    Ok(Choice { npu, quant, cpu })
 }
 
 /// The options of `bucket-specialize` the command line asks for, and
@@ -156,11 +165,12 @@ fn symbol_prefix(graph: &str) -> String {
 }
 
 pub fn run(args: CompileArgs) -> CmdResult {
-    let cpu = check_target(&args)?;
+    let choice = check_target(&args)?;
+    let cpu = choice.cpu;
     let (bucket_opts, explicit) = bucket_options(&args)?;
     let pipeline = match (&args.passes, args.kv_cache) {
-        (None, false) => default_pipeline(&bucket_opts),
-        (None, true) => kv_cache_pipeline(&args)?,
+        (None, false) => quantized_pipeline(choice.quant, &bucket_opts),
+        (None, true) => kv_cache_pipeline(&args, choice.quant)?,
         (Some(_), true) => {
             return Err(anyhow!(
             "--kv-cache builds its own pipeline; with --passes, run kv-cache{{...}} in it instead"
@@ -168,6 +178,10 @@ pub fn run(args: CompileArgs) -> CmdResult {
             .into())
         }
         (Some(p), false) => complete_pipeline(p, &bucket_opts, explicit)?,
+    };
+    let pipeline = match choice.npu {
+        true => format!("{pipeline},partition{{target=rk3588}}"),
+        false => pipeline,
     };
     let model = &args.model;
     let out = args.output.clone().unwrap_or_else(|| default_output(model));
@@ -261,7 +275,12 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let manifest = Manifest {
         versions: Some(VersionSet {
             compiler: format!("slmcc {}", env!("CARGO_PKG_VERSION")),
-            target: TARGET_CPU.to_string(),
+            target: if choice.npu {
+                TARGET_RK3588
+            } else {
+                TARGET_CPU
+            }
+            .to_string(),
             kernel_library: KERNEL_LIBRARY.to_string(),
             isa: match cpu {
                 Cpu::Host => ISA_HOST_JIT.to_string(),
@@ -271,7 +290,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         }),
         options: Some(TargetOptions {
             cpu: args.cpu.clone(),
-            quant: "none".to_string(),
+            quant: choice.quant.name().to_string(),
             pipeline: pipeline.clone(),
             buckets: graphs.iter().map(|&(_, s)| s).collect(),
             fma: cpu_options.fma,
@@ -289,9 +308,11 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let file_bytes = write_package(&out, &manifest, &weights)?;
     let sizes: Vec<String> = graphs.iter().map(|(_, s)| s.to_string()).collect();
     println!(
-        "wrote {}: target cpu ({}), buckets {}; {} bytes (manifest {}, weights {})",
+        "wrote {}: target {} (cpu {}, quant {}), buckets {}; {} bytes (manifest {}, weights {})",
         out.display(),
+        args.target,
         args.cpu,
+        choice.quant.name(),
         sizes.join(", "),
         file_bytes,
         manifest.encoded_len(),
@@ -447,8 +468,13 @@ mod tests {
         );
         assert!(complete_pipeline("bucket-specialize", "buckets=8", true).is_err());
         assert_eq!(
-            default_pipeline("buckets=1,2"),
+            slmcc::pipeline::default_pipeline("buckets=1,2"),
             "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=1,2},plan-memory"
+        );
+        assert_eq!(
+            quantized_pipeline(Quant::W4A8 { group: 64 }, "buckets=8"),
+            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,\
+             quantize{weights=int4,group=64},bucket-specialize{buckets=8},plan-memory"
         );
     }
 }

@@ -60,8 +60,12 @@ pub const RUNTIME_ABI: u32 = 1;
 pub const HEADER_BYTES: usize = 128;
 /// Alignment of the weights section (and of the weights' data inside it).
 pub const WEIGHTS_ALIGN: usize = 64;
-/// The only target this runtime runs.
+/// A package whose graphs run on the CPU kernels alone.
 pub const TARGET_CPU: &str = "cpu";
+/// A package for the modelled RK3588: quantized linear layers on the NPU
+/// (the `partition` pass's placement), the rest on its CPU cores. On the
+/// host it runs on the NPU simulator or on the CPU kernels alone.
+pub const TARGET_RK3588: &str = "rk3588";
 /// [`VersionSet::isa`] of a package without kernels, compiled at load.
 pub const ISA_HOST_JIT: &str = "host-jit";
 
@@ -207,9 +211,10 @@ pub fn check_versions(v: &VersionSet) -> Result<(), String> {
             }
         ));
     }
-    if v.target != TARGET_CPU {
+    if v.target != TARGET_CPU && v.target != TARGET_RK3588 {
         return Err(format!(
-            "target `{}` is not supported by this runtime (it runs `{TARGET_CPU}` packages)",
+            "target `{}` is not supported by this runtime (it runs `{TARGET_CPU}` and \
+             `{TARGET_RK3588}` packages)",
             v.target
         ));
     }
