@@ -379,7 +379,8 @@ impl Lcg {
 
 /// Random inputs for every graph input: floats in `[-2, 2)` (inputs named
 /// `%pos*` in `[0.1, 3)`), integers in `[lo, hi]` (see [`Case::ints`]),
-/// booleans true with probability 3/4.
+/// `i8`/`i4` weights over their whole range, booleans true with
+/// probability 3/4.
 fn inputs_for(graph: &Graph, ints: (i64, i64), rng: &mut Lcg) -> Vec<(String, Tensor)> {
     graph
         .inputs
@@ -405,6 +406,16 @@ fn inputs_for(graph: &Graph, ints: (i64, i64), rng: &mut Lcg) -> Vec<(String, Te
                             .map(|_| ints.0 + (rng.next() % span) as i64)
                             .collect(),
                     )
+                }
+                // Quantized weights over their whole range.
+                DType::I8 | DType::I4 => {
+                    let lo = if v.ty.dtype == DType::I8 { -128 } else { -8 };
+                    let span = (-2 * lo) as u64;
+                    Tensor::from_i64(
+                        shape,
+                        (0..n).map(|_| lo + (rng.next() % span) as i64).collect(),
+                    )
+                    .cast(v.ty.dtype)
                 }
                 DType::Bool => Tensor::from_bool(
                     shape,
@@ -523,6 +534,21 @@ fn cases() -> Vec<Case> {
             "%x: f32[1, 4, 5, 16], %c: f32[5, 16], %s: f32[5, 16], %c8: f32[5, 8], %s8: f32[5, 8]",
             "f32[1, 4, 5, 16], f32[1, 4, 5, 16]",
             "    %y = rope %x, %c, %s {rotary_dim = 16} : f32[1, 4, 5, 16]\n    %z = rope %x, %c8, %s8 {rotary_dim = 8, interleaved = true} : f32[1, 4, 5, 16]\n    return %y, %z",
+        ),
+        // Quantized matmuls: `i8` weights in groups, `i4` weights (packed
+        // two per byte) per channel with vector strips, and in groups with
+        // an odd `N` (rows not starting on a byte: one column at a time).
+        case(
+            "qmatmul i8 1x3x64 @ 64x50 g16",
+            "%x: f32[1, 3, 64], %q: i8[64, 50], %s: f32[4, 50]",
+            "f32[1, 3, 50]",
+            "    %y = qmatmul %x, %q, %s {bits = 8, group = 16} : f32[1, 3, 50]\n    return %y",
+        ),
+        case(
+            "qmatmul i4 5x48 @ 48x36 channel, 48x7 g16",
+            "%x: f32[5, 48], %q: i4[48, 36], %s: f32[1, 36], %q7: i4[48, 7], %s7: f32[3, 7]",
+            "f32[5, 36], f32[5, 7]",
+            "    %y = qmatmul %x, %q, %s {bits = 4, group = 48} : f32[5, 36]\n    %z = qmatmul %x, %q7, %s7 {bits = 4, group = 16} : f32[5, 7]\n    return %y, %z",
         ),
         // Every math helper of `backends/src/cpu/math.rs`.
         case(

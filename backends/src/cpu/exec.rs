@@ -90,12 +90,9 @@ impl CpuExecutor {
         for (id, v) in graph.values() {
             let shape = static_shape(graph, id)?;
             let n: usize = shape.iter().product();
-            if !v.ty.dtype.bits().is_multiple_of(8) {
-                return Err(CpuError::Unsupported {
-                    op: "dtype".into(),
-                    detail: format!("{} (value %{})", v.ty.dtype, v.name),
-                });
-            }
+            // Sub-byte values are packed two per byte (`Tensor::to_le_bytes`);
+            // the lowerings reject them except where they read them packed
+            // (the `i4` weights of `qmatmul`).
             buffers.push(Buffer::new(v.ty.dtype.bytes_for(n)));
             values[id.index()] = Some((v.ty.dtype, shape));
             names.push(v.name.clone());

@@ -6,8 +6,9 @@
 //! constants (`slice` bounds, `reshape` targets). It checks what it supports
 //! before emitting anything and answers [`CpuError::Unsupported`] otherwise.
 //! Every op of the IR has a lowering; what remains unsupported are forms
-//! of them: 4-bit dtypes, and dtypes other than `f32` in the reductions,
-//! `matmul` and the fused ops (see `docs/ARCHITECTURE.md`).
+//! of them: 4-bit dtypes (except the packed `i4` weights `qmatmul` reads),
+//! and dtypes other than `f32` in the reductions, `matmul` and the fused
+//! ops (see `docs/ARCHITECTURE.md`).
 
 mod attention;
 mod dtype;
@@ -17,6 +18,7 @@ mod integer;
 pub mod kv_cache;
 mod matmul;
 mod movement;
+mod qmatmul;
 mod reduce;
 mod rope;
 
@@ -66,7 +68,7 @@ pub fn lower_node(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), 
         Op::Where(_) => elementwise::where_(kb, sig),
         Op::Gelu(g) => elementwise::gelu(kb, g.approximate, sig),
         Op::MatMul(_) => matmul::matmul(kb, sig),
-        Op::QMatMul(_) => Err(unsupported(op.mnemonic(), "")),
+        Op::QMatMul(q) => qmatmul::qmatmul(kb, q, sig),
         Op::Glu(g) => matmul::glu(kb, g, sig),
         Op::Softmax(s) => reduce::softmax(kb, s.axis, sig),
         Op::Reduce(r) => reduce::reduce(kb, r, sig),

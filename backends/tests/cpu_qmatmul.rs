@@ -1,0 +1,151 @@
+//! `qmatmul` on the JIT against its reference evaluation, bit for bit:
+//! random shapes (`M` in 1..9, `K` a multiple of the group, `N` in 1..40,
+//! 8- and 4-bit weights, odd and even `N`, groups from 1 row to all of
+//! `K`), activation rows of every kind the quantization treats specially
+//! (all zeros, all equal, all negative, holding NaN or an infinity, exact
+//! half steps), weights as module weights (packed two per byte for `i4`)
+//! and as graph inputs, with the exact and the default options (the
+//! kernel uses no FMA, so both are exact).
+
+mod common;
+
+use common::{check, check_with, Expect, Kind, Lcg};
+use proptest::prelude::*;
+use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::ops::qmatmul::QMatMul;
+use slmcc_ir::{DType, Tensor};
+
+/// Random weights of `bits` in their full range (`-128..=127`, `-8..=7`).
+fn weights(rng: &mut Lcg, k: usize, n: usize, bits: i64) -> Tensor {
+    let (lo, hi, dt) = if bits == 4 {
+        (-8, 7, DType::I4)
+    } else {
+        (-128, 127, DType::I8)
+    };
+    rng.ints(&[k, n], lo, hi).cast(dt)
+}
+
+/// Activation rows of `k` elements, each of a randomly chosen kind.
+fn activations(rng: &mut Lcg, rows: usize, k: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(rows * k);
+    for _ in 0..rows {
+        let scale = [0.01f32, 1.0, 3.0, 1000.0][rng.below(4) as usize];
+        let mut row: Vec<f32> = (0..k).map(|_| rng.f32() * scale).collect();
+        match rng.below(10) {
+            0 => row.fill(0.0),
+            1 => row.fill(rng.f32() * scale),
+            2 => row.iter_mut().for_each(|x| *x = -x.abs() - 0.5),
+            3 => row.iter_mut().for_each(|x| *x = x.abs()),
+            4 => row[rng.below(k as u64) as usize] = f32::NAN,
+            5 => row.fill(f32::NAN),
+            6 => {
+                let inf = if rng.below(2) == 0 {
+                    f32::INFINITY
+                } else {
+                    f32::NEG_INFINITY
+                };
+                row[rng.below(k as u64) as usize] = inf;
+            }
+            7 => {
+                // Halves of the step: x / s lands on .5 ties.
+                let lo = -(rng.below(200) as f32) * 0.5;
+                row.iter_mut()
+                    .for_each(|x| *x = lo + (rng.below(511) as f32) * 0.5);
+                row[0] = lo;
+            }
+            8 => {
+                row[rng.below(k as u64) as usize] = -0.0;
+            }
+            _ => {}
+        }
+        v.extend(row);
+    }
+    v
+}
+
+fn check_both(op: QMatMul, operands: &[(Tensor, Kind)]) {
+    check(op, operands, Expect::Exact);
+    check_with(op, operands, Expect::Exact, CpuOptions::default());
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 48,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn qmatmul_matches_the_reference(
+        batch in 0usize..3,
+        m in 1usize..9,
+        group in 1usize..12,
+        groups in 1usize..5,
+        n in 1usize..40,
+        int4: bool,
+        seed: u64,
+    ) {
+        let mut rng = Lcg(seed);
+        let k = group * groups;
+        let bits = if int4 { 4 } else { 8 };
+        let mut xs = vec![m, k];
+        if batch > 0 {
+            xs.insert(0, batch);
+        }
+        let rows = xs.iter().product::<usize>() / k;
+        let x = Tensor::from_f32(xs, activations(&mut rng, rows, k));
+        let q = weights(&mut rng, k, n, bits);
+        let scale = rng.tensor(&[groups, n], 0.05);
+        let kind = if rng.below(2) == 0 { Kind::Weight } else { Kind::Input };
+        let op = QMatMul::new(bits, group as i64).unwrap();
+        check_both(op, &[(x.clone(), Kind::Input), (q.clone(), kind), (scale.clone(), kind)]);
+        // The same weights with one group over all of K (per channel).
+        let op = QMatMul::new(bits, k as i64).unwrap();
+        let s1 = rng.tensor(&[1, n], 0.05);
+        check_both(op, &[(x, Kind::Input), (q, kind), (s1, kind)]);
+    }
+}
+
+/// The hand-computed case of the op's documentation.
+#[test]
+fn hand_computed_two_groups() {
+    let x = Tensor::from_f32(vec![1, 4], vec![0.25, -25.5, 102.0, 0.75]);
+    let q = Tensor::from_i64(vec![4, 2], vec![1, 2, 3, -1, 1, 0, 5, 7]).cast(DType::I8);
+    let scale = Tensor::from_f32(vec![2, 2], vec![0.5, 0.25, 2.0, 1.0]);
+    let op = QMatMul::new(8, 2).unwrap();
+    let ops = [(x, Kind::Input), (q, Kind::Weight), (scale, Kind::Weight)];
+    let got = common::run_jit(&op.into(), &ops, CpuOptions::exact()).unwrap();
+    assert_eq!(got[0].as_f32().unwrap(), &[175.75, 13.375]);
+}
+
+/// Wide strips (several vector strips plus a scalar tail), large groups,
+/// and a `K` whose quantized row does not fit the stack scratch (the
+/// quantized activations are then recomputed where they are used).
+#[test]
+fn wide_rows_and_long_k() {
+    let mut rng = Lcg(7);
+    for (m, k, n, group) in [
+        (3, 256, 70, 64),
+        (2, 512, 48, 512),
+        (1, 16400, 37, 400),
+        (2, 16400, 34, 16400),
+    ] {
+        let x = Tensor::from_f32(vec![m, k], activations(&mut rng, m, k));
+        for bits in [8, 4] {
+            let q = weights(&mut rng, k, n, bits);
+            let scale = rng.tensor(&[k / group, n], 0.05);
+            let op = QMatMul::new(bits, group as i64).unwrap();
+            check_both(
+                op,
+                &[
+                    (x.clone(), Kind::Input),
+                    (q, Kind::Weight),
+                    (scale, Kind::Weight),
+                ],
+            );
+        }
+    }
+}
