@@ -84,6 +84,21 @@ fn instr() -> impl Strategy<Value = Instr> {
                 }
             ),
         (
+            (cbuf(), cbuf(), cbuf(), cbuf()),
+            (mn.clone(), mn.clone(), any::<bool>())
+        )
+            .prop_map(|((acc, params, rows, out), (m, n, accumulate))| {
+                Instr::EpilogueF32 {
+                    acc,
+                    params,
+                    rows,
+                    out,
+                    m,
+                    n,
+                    accumulate,
+                }
+            }),
+        (
             any::<bool>(),
             cbuf(),
             cbuf(),
@@ -130,12 +145,12 @@ proptest! {
     }
 
     #[test]
-    fn random_words_never_panic(word in any::<[u8; 16]>(), op in 0usize..8) {
-        let ops = [0x01u8, 0x02, 0x10, 0x11, 0x12, 0x13, 0x20, 0x21];
+    fn random_words_never_panic(word in any::<[u8; 16]>(), op in 0usize..18) {
+        let ops = [0x01u8, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x20, 0x21];
         let mut word = word;
         // Half the time force a valid opcode so the field decoders run.
         if op % 2 == 0 {
-            word[0] = ops[op];
+            word[0] = ops[op / 2];
         }
         if let Ok(i) = decode(&word) {
             // Whatever decodes is canonical: it re-encodes to the same word.
@@ -186,6 +201,25 @@ fn rejects_out_of_range_fields() {
         accumulate: false,
     };
     assert!(encode(&big_k).is_err());
+    let epi_f32 = |m, rows| Instr::EpilogueF32 {
+        acc: 0,
+        params: 0x100,
+        rows,
+        out: 0x200,
+        m,
+        n: 1,
+        accumulate: false,
+    };
+    assert!(encode(&epi_f32(4097, 0x300)).is_err());
+    assert!(encode(&epi_f32(1, 0x308)).is_err());
+    // Reserved bits of `epi.f32` (93..128) must be zero.
+    let mut w = encode(&epi_f32(1, 0x300)).unwrap();
+    assert_eq!(w[0], 0x14);
+    w[11] |= 0x20; // bit 93
+    assert!(matches!(
+        decode(&w),
+        Err(DecodeError::ReservedBits { opcode: 0x14, .. })
+    ));
     assert!(encode(&Instr::Signal { sem: 16 }).is_err());
 }
 
@@ -219,6 +253,24 @@ fn disassembly_syntax() {
             lut: Some(0xb000),
             residual: None,
         },
+        Instr::EpilogueF32 {
+            acc: 0x8000,
+            params: 0x9000,
+            rows: 0x9800,
+            out: 0xc000,
+            m: 4,
+            n: 32,
+            accumulate: true,
+        },
+        Instr::EpilogueF32 {
+            acc: 0x8000,
+            params: 0x9100,
+            rows: 0x9800,
+            out: 0xc000,
+            m: 1,
+            n: 4096,
+            accumulate: false,
+        },
     ];
     let bytes: Vec<u8> = prog.iter().flat_map(|i| encode(i).unwrap()).collect();
     let text = disassemble(&bytes).unwrap();
@@ -227,6 +279,8 @@ fn disassembly_syntax() {
 000010: sem.signal s0
 000020: mm.i4 acc[0x08000] += a[0x00100] * w[0x02000] m=4 k=64 n=32
 000030: epi.i8 out[0x0a000] <- acc[0x08000] params[0x09000] m=4 n=32 zp=-3 lut[0x0b000]
+000040: epi.f32 out[0x0c000] += acc[0x08000] params[0x09000] rows[0x09800] m=4 n=32
+000050: epi.f32 out[0x0c000] = acc[0x08000] params[0x09100] rows[0x09800] m=1 n=4096
 ";
     assert_eq!(text, expected);
 }

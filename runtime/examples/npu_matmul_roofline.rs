@@ -3,6 +3,11 @@
 //! fraction of the DDR roofline for GEMV (M = 1), INT8 and INT4 weights;
 //! also the largest bucket (M = 200), where the activations are streamed.
 //!
+//! The second table is the `qmatmul` kernel (f32 in, f32 out, bit-exact
+//! to the IR op): GEMV and prefill at INT8 per-channel (`G = K`) and INT4
+//! with groups of 128; its roofline counts the op's weight data (`q` and
+//! the f32 scales).
+//!
 //! `cargo run --release -p slmcc-runtime --example npu_matmul_roofline`
 //!
 //! Roofline fraction = (weight bytes / DDR bandwidth) / simulated time;
@@ -10,10 +15,80 @@
 //! model's (`docs/NPU_ISA.md`), not hardware measurements.
 
 use slmcc_backends::npu::isa::WeightType;
-use slmcc_backends::npu::kernels::{emit_matmul, pack_weights, MatmulAddrs};
-use slmcc_backends::npu::tiler::{plan, MatmulProblem};
+use slmcc_backends::npu::kernels::{
+    emit_matmul, emit_qmatmul, pack_qmatmul, pack_weights, quantize_rows, MatmulAddrs,
+    QMatmulLayout, RowParams,
+};
+use slmcc_backends::npu::tiler::{plan, plan_qmatmul, MatmulProblem, QMatmulProblem};
 use slmcc_backends::npu::Target;
 use slmcc_runtime::npu_sim::NpuSim;
+
+/// Deterministic weights in the type's range.
+fn weights(len: u32, wtype: WeightType) -> Vec<i8> {
+    let (lo, span) = match wtype {
+        WeightType::I8 => (-128i32, 256u32),
+        WeightType::I4 => (-8, 16),
+    };
+    (0..len)
+        .map(|i| (lo + (i.wrapping_mul(2_654_435_761) >> 7) as i32 % span as i32) as i8)
+        .collect()
+}
+
+fn qmatmul_table(t: &Target) -> Result<(), Box<dyn std::error::Error>> {
+    println!();
+    println!("qmatmul (f32 -> f32, bit-exact)");
+    println!("shape                wt  G     plan                            cycles  est.cycles  MAC util  roofline");
+    for (m, k, n) in [
+        (1, 1536, 8960),
+        (1, 8960, 1536),
+        (128, 1536, 1536),
+        (128, 1536, 8960),
+    ] {
+        for (wtype, g) in [(WeightType::I8, k), (WeightType::I4, 128)] {
+            let p = QMatmulProblem {
+                m,
+                k,
+                n,
+                wtype,
+                group: g,
+            };
+            let plan = plan_qmatmul(&p, t)?;
+            let q = weights(k * n, wtype);
+            let scale: Vec<f32> = (0..k / g * n)
+                .map(|i| 1e-3 + (i % 7) as f32 * 1e-4)
+                .collect();
+            let layout = QMatmulLayout::new(&plan, 0)?;
+            let consts = pack_qmatmul(&plan, &q, &scale)?;
+            let mut ddr = vec![0u8; layout.total as usize];
+            ddr[layout.consts as usize..][..consts.len()].copy_from_slice(&consts);
+            let x: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
+            let mut xq = vec![0i8; (m * k) as usize];
+            let mut rows = vec![RowParams::default(); m as usize];
+            quantize_rows(&x, k as usize, &mut xq, &mut rows);
+            layout.write_inputs(&mut ddr, &xq, &rows);
+            let prog = emit_qmatmul(&plan, t, &layout)?;
+            let mut sim = NpuSim::new(t.clone(), ddr);
+            let stats = sim.run(&prog)?;
+            let bits = if wtype == WeightType::I4 { 4 } else { 8 };
+            let ideal = f64::from(k) * f64::from(n) * f64::from(bits) / 8.0
+                + 4.0 * f64::from(k / g) * f64::from(n);
+            let roofline = ideal / t.ddr_bytes_per_sec as f64 / stats.seconds(t);
+            let desc = format!(
+                "kt={} nt={} {:?} banks={}",
+                plan.kt, plan.nt, plan.activations, plan.layout.banks
+            );
+            println!(
+                "m={m:<3} k={k:<4} n={n:<4}  {:<3} {g:<5} {desc:<31} {:>8} {:>11} {:>8.1}% {:>8.1}%",
+                format!("{wtype:?}"),
+                stats.cycles,
+                plan.estimate.cycles,
+                100.0 * stats.utilisation,
+                100.0 * roofline,
+            );
+        }
+    }
+    Ok(())
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t = Target::rk3588();
@@ -30,13 +105,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for wtype in [WeightType::I8, WeightType::I4] {
             let p = MatmulProblem { m, k, n, wtype };
             let plan = plan(&p, &t)?;
-            let (lo, span) = match wtype {
-                WeightType::I8 => (-128i32, 256u32),
-                WeightType::I4 => (-8, 16),
-            };
-            let w: Vec<i8> = (0..k * n)
-                .map(|i| (lo + (i.wrapping_mul(2_654_435_761) >> 7) as i32 % span as i32) as i8)
-                .collect();
+            let w = weights(k * n, wtype);
             let packed = pack_weights(&plan, &w)?;
             let w_at = (m * k).next_multiple_of(64) as usize;
             let out_at = (w_at + packed.len()).next_multiple_of(64);
@@ -65,5 +134,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
-    Ok(())
+    qmatmul_table(&t)
 }

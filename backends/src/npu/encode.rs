@@ -19,6 +19,7 @@ pub mod opcode {
     pub const EPILOGUE: u8 = 0x11;
     pub const ELTWISE: u8 = 0x12;
     pub const REDUCE: u8 = 0x13;
+    pub const EPILOGUE_F32: u8 = 0x14;
     pub const SIGNAL: u8 = 0x20;
     pub const WAIT: u8 = 0x21;
 }
@@ -138,6 +139,24 @@ pub fn encode(i: &Instr) -> Result<[u8; WORD_BYTES], IsaError> {
             w.put(123, 1, u64::from(out_type == OutType::I32));
             w.put(124, 1, u64::from(lut.is_some()));
             w.put(125, 1, u64::from(residual.is_some()));
+        }
+        Instr::EpilogueF32 {
+            acc,
+            params,
+            rows,
+            out,
+            m,
+            n,
+            accumulate,
+        } => {
+            w.put(0, 8, opcode::EPILOGUE_F32.into());
+            w.put(8, 15, g(acc));
+            w.put(23, 15, g(params));
+            w.put(38, 15, g(rows));
+            w.put(53, 15, g(out));
+            w.put(68, 12, m1(m));
+            w.put(80, 12, m1(n));
+            w.put(92, 1, u64::from(accumulate));
         }
         Instr::Eltwise {
             op,
@@ -273,6 +292,18 @@ pub fn decode(bytes: &[u8; WORD_BYTES]) -> Result<Instr, DecodeError> {
                 out_zp: izp(w, 107),
                 lut: has_lut.then(|| ug(w, 53)),
                 residual: has_res.then(|| (ug(w, 68), izp(w, 115))),
+            })
+        }
+        opcode::EPILOGUE_F32 => {
+            reserved(w, op, 93, 0)?;
+            Ok(Instr::EpilogueF32 {
+                acc: ug(w, 8),
+                params: ug(w, 23),
+                rows: ug(w, 38),
+                out: ug(w, 53),
+                m: p1(68, 12),
+                n: p1(80, 12),
+                accumulate: b(92),
             })
         }
         opcode::ELTWISE => {

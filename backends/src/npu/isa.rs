@@ -144,6 +144,21 @@ pub enum Instr {
         /// CBUF address of an `m×n` INT8 tensor and its zero point.
         residual: Option<(u32, i8)>,
     },
+    /// Dequantize-accumulate of an `m×n` INT32 accumulator tile into an
+    /// `m×n` f32 tile (compute queue): `out[i][j] = (accumulate ?
+    /// out[i][j] : +0.0) + ((acc[i][j] - z_i·colsum_j) as f32) · (s_i ·
+    /// scale_j)`, with `n` channel records `(scale: f32, colsum: i32)` at
+    /// `params` and `m` row records `(s: f32, z: i32)` at `rows` (8 bytes
+    /// each).
+    EpilogueF32 {
+        acc: u32,
+        params: u32,
+        rows: u32,
+        out: u32,
+        m: u32,
+        n: u32,
+        accumulate: bool,
+    },
     /// Element-wise INT8 add/mul with requantization (compute queue).
     Eltwise {
         op: EltOp,
@@ -270,6 +285,7 @@ impl Instr {
                 out_type: OutType::I32,
                 ..
             } => "epi.i32",
+            Instr::EpilogueF32 { .. } => "epi.f32",
             Instr::Eltwise { op: EltOp::Add, .. } => "ew.add",
             Instr::Eltwise { op: EltOp::Mul, .. } => "ew.mul",
             Instr::Reduce {
@@ -353,6 +369,22 @@ impl Instr {
                 let plain = lut.is_none() && residual.is_none();
                 let ok = out_type == OutType::I8 || plain;
                 field(name, "lut/residual", 1, ok, "none with an INT32 output")
+            }
+            Instr::EpilogueF32 {
+                acc,
+                params,
+                rows,
+                out,
+                m,
+                n,
+                ..
+            } => {
+                cbuf_field(name, "acc", acc)?;
+                cbuf_field(name, "params", params)?;
+                cbuf_field(name, "rows", rows)?;
+                cbuf_field(name, "out", out)?;
+                in_1_to(name, "m", m, MAX_MN, "1..=4096")?;
+                in_1_to(name, "n", n, MAX_MN, "1..=4096")
             }
             Instr::Eltwise {
                 a,
@@ -491,6 +523,13 @@ impl fmt::Display for Instr {
                     write!(f, " res[{r:#07x}] rzp={zp}")?;
                 }
                 Ok(())
+            }
+            Instr::EpilogueF32 { acc, params, rows, out, m, n, accumulate } => {
+                let op = if accumulate { "+=" } else { "=" };
+                write!(
+                    f,
+                    "{mn} out[{out:#07x}] {op} acc[{acc:#07x}] params[{params:#07x}] rows[{rows:#07x}] m={m} n={n}"
+                )
             }
             Instr::Eltwise { a, b, out, params, len, a_zp, b_zp, out_zp, .. } => write!(
                 f,

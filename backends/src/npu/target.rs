@@ -69,6 +69,15 @@ impl Target {
         self
     }
 
+    /// The same target with a CBUF of `banks` banks of `bank_bytes` bytes
+    /// per core (small CBUFs force many tiles in tests).
+    pub fn with_cbuf(mut self, banks: u32, bank_bytes: u32) -> Self {
+        self.cbuf_banks = banks;
+        self.cbuf_bank_bytes = bank_bytes;
+        self.cbuf_bytes = banks.saturating_mul(bank_bytes);
+        self
+    }
+
     /// Peak INT8 MACs per second over all cores.
     pub fn peak_macs_per_sec(&self) -> u64 {
         u64::from(self.cores) * u64::from(self.macs_per_cycle) * self.clock_hz
@@ -92,6 +101,7 @@ mod tests {
         assert_eq!(t.cbuf_bytes, 393_216);
         // 3 × 1024 MAC × 1 GHz = 3.072 TMAC/s ≈ 6 TOPS.
         assert_eq!(t.peak_macs_per_sec(), 3_072_000_000_000);
-        assert_eq!(t.with_ddr_bandwidth(10).ddr_bytes_per_sec, 10);
+        assert_eq!(t.clone().with_ddr_bandwidth(10).ddr_bytes_per_sec, 10);
+        assert_eq!(t.with_cbuf(6, 1024).cbuf_bytes, 6144);
     }
 }

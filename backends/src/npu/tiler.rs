@@ -2,8 +2,8 @@
 //!
 //! The problem: `out[M×N] = a[M×K] · w[K×N]` with INT8 activations, INT8 or
 //! INT4 weights and an INT32 output, all row-major in DDR. The per-token
-//! zero-point correction and the float dequantization are not part of it:
-//! they stay on the CPU for now, which consumes the raw INT32 sums.
+//! zero-point correction and the float dequantization are not part of it;
+//! [`qmatmul`] tiles the kernel that does them (the IR op `qmatmul`).
 //!
 //! [`plan`] chooses, for a [`Target`]:
 //!
@@ -39,6 +39,10 @@
 
 use crate::npu::isa::{WeightType, CBUF_ADDR_LIMIT, DMA_MAX_COUNT, DMA_MAX_RUN, DMA_STRIDE_LIMIT};
 use crate::npu::Target;
+
+pub mod qmatmul;
+
+pub use qmatmul::{plan_qmatmul, QBlock, QCbufLayout, QMatmulProblem, QTilePlan};
 
 /// Granule of tile sizes and of the column split.
 pub const TILE_ALIGN: u32 = 16;
@@ -128,6 +132,8 @@ pub enum TileError {
     },
     #[error("unsupported target: {0}")]
     Target(&'static str),
+    #[error("qmatmul group {group} does not divide k = {k}")]
+    Group { k: u32, group: u32 },
 }
 
 /// Packed bytes of a `kt × nt` weight tile.
@@ -191,13 +197,83 @@ fn candidates(len: u32, max: u32) -> Vec<u32> {
     v
 }
 
+/// What a kernel computes per step (the cost model differs).
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// `emit_matmul`: one `mm` per step, INT32 output.
+    Int32,
+    /// `emit_qmatmul`: per group an `mm` and an `epi.f32`; activation panels
+    /// of `m_pad` rows; constant blocks with channel records.
+    Dequant { group: u32, m_pad: u32 },
+}
+
 struct Costs<'a> {
     t: &'a Target,
     p: MatmulProblem,
     active: u64,
+    kind: Kind,
 }
 
 impl Costs<'_> {
+    /// Constant bytes a step loads besides the activations (for K tiles
+    /// inside a group, the records of the group's last tile are spread).
+    fn block(&self, kt: u32, nt: u32) -> u64 {
+        match self.kind {
+            Kind::Int32 => weight_tile_bytes(self.p.wtype, kt, nt),
+            Kind::Dequant { group, .. } => {
+                let bytes = qmatmul::block(self.p.wtype, group, 0, kt, nt).bytes;
+                if kt < group {
+                    // One record set per `group / kt` tiles.
+                    let rec = round_up(8 * u64::from(nt), 16);
+                    bytes + rec * u64::from(kt) / u64::from(group)
+                } else {
+                    bytes
+                }
+            }
+        }
+    }
+
+    fn panel_rows(&self) -> u64 {
+        match self.kind {
+            Kind::Int32 => self.p.m.into(),
+            Kind::Dequant { m_pad, .. } => m_pad.into(),
+        }
+    }
+
+    /// DMA cycles before the first step (the row records).
+    fn head(&self) -> u64 {
+        match self.kind {
+            Kind::Int32 => 0,
+            Kind::Dequant { .. } => self.dma(u64::from(self.p.m) * 8),
+        }
+    }
+
+    fn epi(&self, nt: u32) -> u64 {
+        let e = u64::from(self.p.m) * u64::from(nt);
+        let lanes = u64::from(self.t.vector_lanes.max(1));
+        self.t
+            .compute_issue_cycles
+            .saturating_add(e.div_ceil(lanes))
+    }
+
+    /// Compute cycles of one step.
+    fn step(&self, kt: u32, nt: u32) -> u64 {
+        match self.kind {
+            Kind::Int32 => self.mm(kt, nt),
+            Kind::Dequant { .. } if kt == 0 => 0,
+            Kind::Dequant { group, .. } => {
+                let w = kt.min(group);
+                let pieces = u64::from(kt / w);
+                let epis = if kt >= group {
+                    pieces * self.epi(nt)
+                } else {
+                    self.epi(nt) * u64::from(kt) / u64::from(group)
+                };
+                (pieces * self.mm(w, nt)).saturating_add(epis)
+            }
+        }
+    }
+
     fn dma(&self, bytes: u64) -> u64 {
         let num = u128::from(bytes) * u128::from(self.active) * u128::from(self.t.clock_hz);
         let bw = u128::from(self.t.ddr_bytes_per_sec.max(1));
@@ -228,12 +304,12 @@ impl Costs<'_> {
         });
         let mut out = [0u64; 3];
         for (count, ktile) in classes(self.p.k, kt) {
-            let w = self.dma(weight_tile_bytes(self.p.wtype, ktile, nt));
+            let w = self.dma(self.block(ktile, nt));
             let mut d = w.saturating_add(s).saturating_add(share);
             if panel {
-                d = d.saturating_add(self.dma(m * u64::from(ktile)));
+                d = d.saturating_add(self.dma(self.panel_rows() * u64::from(ktile)));
             }
-            let c = self.mm(ktile, nt).saturating_add(s);
+            let c = self.step(ktile, nt).saturating_add(s);
             for (o, v) in out.iter_mut().zip([d, c, d.max(c)]) {
                 *o = o.saturating_add(count.saturating_mul(v));
             }
@@ -245,6 +321,7 @@ impl Costs<'_> {
     /// the full and the remainder column tiles).
     fn estimate(&self, mode: Activations, kt: u32, nt: u32, cols: u32) -> Estimate {
         let m = u64::from(self.p.m);
+        let add = |a: u64, b: u64, c: u64| a.saturating_add(b).saturating_add(c);
         let streamed = mode == Activations::Streamed;
         let nt0 = nt.min(cols);
         let mut sum = self.column_tile(kt, nt0, true, None);
@@ -256,12 +333,15 @@ impl Costs<'_> {
         }
         let (kl, nl) = (last_tile(self.p.k, kt), last_tile(cols, nt));
         let last_store = self.dma(m * u64::from(nl) * 4);
-        let first_dma = self
-            .dma(weight_tile_bytes(self.p.wtype, kt.min(self.p.k), nt0))
-            .saturating_add(self.dma(m * u64::from(kt.min(self.p.k))));
-        let last_mm = self.mm(kl, nl);
+        let k0 = kt.min(self.p.k);
+        let first_dma = add(
+            self.dma(self.block(k0, nt0)),
+            self.dma(self.panel_rows() * u64::from(k0)),
+            self.head(),
+        );
+        let last_mm = self.step(kl, nl);
         let [dma, compute, pipe] = sum;
-        let add = |a: u64, b: u64, c: u64| a.saturating_add(b).saturating_add(c);
+        let dma = dma.saturating_add(self.head());
         let cycles = add(pipe, first_dma.min(last_mm), last_store)
             .max(add(dma, last_mm, last_store))
             .max(add(first_dma, compute, last_store));
@@ -359,24 +439,40 @@ fn check(p: &MatmulProblem, t: &Target) -> Result<(), TileError> {
     Ok(())
 }
 
-/// Chooses the core split, tile sizes, activation residency and CBUF
-/// placement of `p` on `t` (see the module docs for the rule).
-pub fn plan(p: &MatmulProblem, t: &Target) -> Result<TilePlan, TileError> {
-    check(p, t)?;
-    let mut cores = split_columns(p, t);
-    let widest = cores.iter().map(|c| c.n).max().unwrap_or(0);
-    let costs = Costs {
-        t,
-        p: *p,
-        active: cores.len() as u64,
-    };
-    let kts = candidates(p.k, DMA_MAX_RUN);
-    let nts = candidates(widest, DMA_MAX_RUN / 4);
-    let mut best: Option<(u64, u64, TilePlan)> = None;
+fn no_fit(p: &MatmulProblem, t: &Target) -> TileError {
+    TileError::NoFit {
+        m: p.m,
+        k: p.k,
+        n: p.n,
+        banks: t.cbuf_banks,
+        bank_bytes: t.cbuf_bank_bytes,
+    }
+}
+
+/// A candidate tiling with its CBUF layout and estimate.
+struct Choice<L> {
+    mode: Activations,
+    kt: u32,
+    nt: u32,
+    layout: L,
+    estimate: Estimate,
+}
+
+/// The candidate `(mode, kt, nt)` whose CBUF layout fits and whose
+/// estimate is smallest (ties: fewer steps, then the first).
+fn search<L>(
+    p: &MatmulProblem,
+    widest: u32,
+    kts: &[u32],
+    nts: &[u32],
+    costs: &Costs<'_>,
+    layout: impl Fn(Activations, u32, u32) -> Option<L>,
+) -> Result<Choice<L>, TileError> {
+    let mut best: Option<(u64, u64, Choice<L>)> = None;
     for mode in [Activations::Resident, Activations::Streamed] {
-        for &kt in &kts {
-            for &nt in &nts {
-                let Some(layout) = layout(t, p, mode, kt, nt) else {
+        for &kt in kts {
+            for &nt in nts {
+                let Some(l) = layout(mode, kt, nt) else {
                     continue;
                 };
                 let est = costs.estimate(mode, kt, nt, widest);
@@ -387,38 +483,77 @@ pub fn plan(p: &MatmulProblem, t: &Target) -> Result<TilePlan, TileError> {
                 {
                     continue;
                 }
-                let plan = TilePlan {
-                    problem: *p,
+                let choice = Choice {
+                    mode,
                     kt,
                     nt,
-                    mt: p.m,
-                    activations: mode,
-                    cores: Vec::new(),
-                    layout,
+                    layout: l,
                     estimate: est,
                 };
-                best = Some((est.cycles, steps, plan));
+                best = Some((est.cycles, steps, choice));
             }
         }
     }
-    let Some((_, _, mut plan)) = best else {
-        return Err(TileError::NoFit {
-            m: p.m,
-            k: p.k,
-            n: p.n,
-            banks: t.cbuf_banks,
-            bank_bytes: t.cbuf_bank_bytes,
-        });
+    best.map(|(_, _, b)| b).ok_or_else(|| no_fit(p, costs.t))
+}
+
+/// Chooses the core split, tile sizes, activation residency and CBUF
+/// placement of `p` on `t` (see the module docs for the rule).
+pub fn plan(p: &MatmulProblem, t: &Target) -> Result<TilePlan, TileError> {
+    check(p, t)?;
+    let mut cores = split_columns(p, t);
+    let widest = cores.iter().map(|c| c.n).max().unwrap_or(0);
+    let costs = Costs {
+        t,
+        p: *p,
+        active: cores.len() as u64,
+        kind: Kind::Int32,
+    };
+    let kts = candidates(p.k, DMA_MAX_RUN);
+    let nts = candidates(widest, DMA_MAX_RUN / 4);
+    let Choice {
+        mode: activations,
+        kt,
+        nt,
+        layout,
+        estimate,
+    } = search(p, widest, &kts, &nts, &costs, |mode, kt, nt| {
+        layout(t, p, mode, kt, nt)
+    })?;
+    let mut plan = TilePlan {
+        problem: *p,
+        kt,
+        nt,
+        mt: p.m,
+        activations,
+        cores: Vec::new(),
+        layout,
+        estimate,
     };
     // Exact packed offsets for the chosen tiles (INT4 tiles round up).
-    let mut off = 0;
-    for c in &mut cores {
-        c.w_offset = off;
-        off += tiles(c.n, plan.nt)
-            .flat_map(|(_, nt)| tiles(p.k, plan.kt).map(move |(_, kt)| (kt, nt)))
-            .map(|(kt, nt)| weight_tile_bytes(p.wtype, kt, nt))
-            .sum::<u64>();
-    }
+    set_offsets(&mut cores, p.k, kt, nt, |_, kt, nt| {
+        weight_tile_bytes(p.wtype, kt, nt)
+    });
     plan.cores = cores;
     Ok(plan)
+}
+
+/// Sets each core's `w_offset`: the bytes of the previous cores' blocks,
+/// `block(k0, kt, nt)` per K tile per column tile.
+fn set_offsets(
+    cores: &mut [CoreSlice],
+    k: u32,
+    kt: u32,
+    nt: u32,
+    block: impl Fn(u32, u32, u32) -> u64,
+) {
+    let mut off = 0;
+    for c in cores {
+        c.w_offset = off;
+        for (_, ntile) in tiles(c.n, nt) {
+            for (k0, ktile) in tiles(k, kt) {
+                off += block(k0, ktile, ntile);
+            }
+        }
+    }
 }

@@ -20,6 +20,9 @@ pub struct Traffic {
 /// Bytes per epilogue channel record: bias i32, mult i32, res_mult i32,
 /// shift i8, res_shift i8, 2 ignored bytes.
 pub const EPI_RECORD: u64 = 16;
+/// Bytes per `epi.f32` channel record (scale f32, colsum i32) and row
+/// record (s f32, z i32).
+pub const EPI_F32_RECORD: u64 = 8;
 /// Bytes of the element-wise parameter record: a_mult, b_mult, out_mult
 /// (i32), a_shift, b_shift, out_shift (i8), 1 ignored byte.
 pub const ELT_RECORD: u64 = 16;
@@ -206,6 +209,46 @@ fn epilogue(c: &mut [u8], i: &Instr) -> Result<(), ExecError> {
     Ok(())
 }
 
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_bits(i32_at(b, i) as u32)
+}
+
+/// `(f32, i32)` pairs of `count` 8-byte records at `addr`.
+fn f32_i32_records(c: &[u8], addr: u32, count: usize) -> Result<Vec<(f32, i32)>, ExecError> {
+    let r = bytes(Mem::Cbuf, c, addr.into(), count as u64 * EPI_F32_RECORD)?;
+    Ok((0..count)
+        .map(|e| (f32_at(r, 2 * e), i32_at(r, 2 * e + 1)))
+        .collect())
+}
+
+/// `epi.f32`: `out = (acc. ? out : +0.0) + ((acc - z·colsum) as f32) ·
+/// (s · scale)`, each f32 operation rounded separately (no FMA).
+#[allow(clippy::too_many_arguments)]
+fn epilogue_f32(
+    c: &mut [u8],
+    acc: u32,
+    params: u32,
+    rows: u32,
+    out: u32,
+    (m, n): (usize, usize),
+    accumulate: bool,
+) -> Result<(), ExecError> {
+    let ch = f32_i32_records(c, params, n)?;
+    let rw = f32_i32_records(c, rows, m)?;
+    let accs = bytes(Mem::Cbuf, c, acc.into(), (m * n * 4) as u64)?.to_vec();
+    let o = bytes_mut(Mem::Cbuf, c, out.into(), (m * n * 4) as u64)?;
+    for (i, &(s, z)) in rw.iter().enumerate() {
+        for (j, &(scale, colsum)) in ch.iter().enumerate() {
+            let e = i * n + j;
+            let x = i32_at(&accs, e).wrapping_sub(z.wrapping_mul(colsum));
+            let prev = if accumulate { f32_at(o, e) } else { 0.0 };
+            let y = prev + (x as f32) * (s * scale);
+            set_i32(o, e, y.to_bits() as i32);
+        }
+    }
+    Ok(())
+}
+
 fn eltwise(c: &mut [u8], i: &Instr) -> Result<(), ExecError> {
     let Instr::Eltwise {
         op,
@@ -306,6 +349,19 @@ pub fn exec(i: &Instr, ddr: &mut [u8], cbuf: &mut [u8]) -> Result<Traffic, ExecE
             matmul(cbuf, wtype, a, w, acc, dims, accumulate).map(|()| Traffic::default())
         }
         Instr::Epilogue { .. } => epilogue(cbuf, i).map(|()| Traffic::default()),
+        Instr::EpilogueF32 {
+            acc,
+            params,
+            rows,
+            out,
+            m,
+            n,
+            accumulate,
+        } => {
+            let dims = (m as usize, n as usize);
+            epilogue_f32(cbuf, acc, params, rows, out, dims, accumulate)
+                .map(|()| Traffic::default())
+        }
         Instr::Eltwise { .. } => eltwise(cbuf, i).map(|()| Traffic::default()),
         Instr::Reduce { .. } => reduce(cbuf, i).map(|()| Traffic::default()),
         Instr::Signal { .. } | Instr::Wait { .. } => Ok(Traffic::default()),

@@ -153,6 +153,23 @@ impl NpuSim {
     /// Runs `program` to completion (memory keeps its effects, also after
     /// an error up to the failing instruction).
     pub fn run(&mut self, program: &Program) -> Result<SimStats, SimError> {
+        self.run_with(program, true)
+    }
+
+    /// The timing model alone: `program`'s cycles, DDR bytes and MACs
+    /// exactly as [`NpuSim::run`] counts them, without computing any data
+    /// (no DDR image needed: what `slmcc report` uses to estimate models
+    /// too large to simulate). Deadlocks are found as in a full run.
+    pub fn time(target: &Target, program: &Program) -> Result<SimStats, SimError> {
+        let mut sim = NpuSim {
+            target: target.clone(),
+            ddr: Vec::new(),
+            cbuf: vec![Vec::new(); target.cores as usize],
+        };
+        sim.run_with(program, false)
+    }
+
+    fn run_with(&mut self, program: &Program, data: bool) -> Result<SimStats, SimError> {
         self.check_target()?;
         program.check(&self.target)?;
         let t = self.target.clone();
@@ -227,6 +244,17 @@ impl NpuSim {
                     pending.swap_remove(pos);
                     start.max(at).saturating_add(cost)
                 }
+                _ if !data => {
+                    let (read, written) = match *instr {
+                        Instr::DmaLoad { dims, .. } => (dims.bytes(), 0),
+                        Instr::DmaStore { dims, .. } => (0, dims.bytes()),
+                        _ => (0, 0),
+                    };
+                    stats.ddr_bytes_read += read;
+                    stats.ddr_bytes_written += written;
+                    stats.cores[c].macs += instr.macs();
+                    start.saturating_add(cost)
+                }
                 _ => {
                     let traffic =
                         exec::exec(instr, &mut self.ddr, &mut self.cbuf[c]).map_err(|source| {
@@ -281,3 +309,6 @@ fn describe_blocked(program: &Program, st: &[[QueueState; 2]]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod qmatmul_tests;

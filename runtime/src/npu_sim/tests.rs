@@ -613,3 +613,59 @@ fn invalid_programs_are_rejected() {
         "{err}"
     );
 }
+
+/// `epi.f32` by hand: the `z·colsum` correction (wrapping), the product
+/// order `(acc as f32) · (s · scale)`, `+0.0` as the start without
+/// `accumulate` (so a `-0.0` product gives `+0.0`), and its cycles.
+#[test]
+fn epilogue_f32_by_hand() {
+    let put = |c: &mut Vec<u8>, at: usize, words: &[u32]| {
+        for (i, w) in words.iter().enumerate() {
+            c[at + 4 * i..at + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
+        }
+    };
+    let (s0, s1) = (2.0f32, 0.1f32);
+    let (c0, c1) = (0.5f32, -0.25f32);
+    let prev = [1.0f32, -0.0, 2.5, 3.0];
+    for accumulate in [false, true] {
+        let mut sim = NpuSim::new(Target::rk3588(), vec![0; 64]);
+        let c = &mut sim.cbuf[0];
+        // acc 2×2 at 0, channel records at 0x100, row records at 0x200.
+        put(c, 0, &[10, (-3i32) as u32, i32::MAX as u32, 0]);
+        put(c, 0x100, &[c0.to_bits(), 2, c1.to_bits(), (-1i32) as u32]);
+        put(c, 0x200, &[s0.to_bits(), 3, s1.to_bits(), (-1i32) as u32]);
+        put(c, 0x300, &prev.map(f32::to_bits));
+        let epi = Instr::EpilogueF32 {
+            acc: 0,
+            params: 0x100,
+            rows: 0x200,
+            out: 0x300,
+            m: 2,
+            n: 2,
+            accumulate,
+        };
+        let stats = sim.run(&one_core(vec![], vec![epi])).unwrap();
+        assert_eq!(stats.cycles, 16 + 1);
+        let got: Vec<u32> = (0..4)
+            .map(|e| {
+                let b = &sim.cbuf[0][0x300 + 4 * e..][..4];
+                u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            })
+            .collect();
+        // Corrected sums: 10 - 3·2 = 4, -3 - 3·(-1) = 0,
+        // i32::MAX - (-1)·2 wraps to i32::MIN + 1, 0 - (-1)·(-1) = -1.
+        let x = [4.0f32, 0.0, (i32::MIN + 1) as f32, -1.0];
+        let sc = [s0 * c0, s0 * c1, s1 * c0, s1 * c1];
+        let want: Vec<u32> = (0..4)
+            .map(|e| {
+                let base = if accumulate { prev[e] } else { 0.0 };
+                (base + x[e] * sc[e]).to_bits()
+            })
+            .collect();
+        assert_eq!(got, want);
+        if !accumulate {
+            // 0 · -0.5 = -0.0; +0.0 + -0.0 = +0.0.
+            assert_eq!(got[1], 0);
+        }
+    }
+}

@@ -2,8 +2,16 @@
 //! operation, with the tiling chosen by [`crate::npu::tiler`].
 //!
 //! [`matmul`] is the weight-stationary quantized matmul/GEMV (INT8
-//! activations, INT8/INT4 weights, INT32 output) and its weight packing.
+//! activations, INT8/INT4 weights, INT32 output) and its weight packing;
+//! [`qmatmul`] is the IR op `qmatmul` bit-exactly (per-token activation
+//! quantization on the CPU, grouped dequantization on the NPU with
+//! `epi.f32`, f32 output). Both run the schedule of `schedule`.
 
 pub mod matmul;
+pub mod qmatmul;
+mod schedule;
 
 pub use matmul::{emit_matmul, pack_weights, KernelError, MatmulAddrs};
+pub use qmatmul::{
+    emit_qmatmul, pack_qmatmul, quantize_rows, QMatmulLayout, RowParams, ROW_RECORD_BYTES,
+};
