@@ -14,6 +14,10 @@ pub struct Diff {
     pub worst_index: usize,
     /// Elements where exactly one side is NaN, or infinities differ.
     pub mismatched_specials: usize,
+    /// `a·b / (|a| |b|)` over the finite elements (1 when either side is
+    /// all zeros and the other too, 0 when only one is): how well the
+    /// direction is kept, the usual measure of a quantized layer.
+    pub cosine: f64,
 }
 
 /// Compares two tensors of equal shape element by element (as `f64`).
@@ -30,8 +34,10 @@ pub fn diff(actual: &Tensor, expected: &Tensor) -> Result<Diff, String> {
         max_rel: 0.0,
         worst_index: 0,
         mismatched_specials: 0,
+        cosine: 1.0,
     };
     let mut scale = 0f64;
+    let (mut dot, mut aa, mut bb) = (0f64, 0f64, 0f64);
     for i in 0..actual.len() {
         let (a, b) = (actual.get_f64(i), expected.get_f64(i));
         if a.is_nan() || b.is_nan() || a.is_infinite() || b.is_infinite() {
@@ -41,6 +47,9 @@ pub fn diff(actual: &Tensor, expected: &Tensor) -> Result<Diff, String> {
             continue;
         }
         scale = scale.max(b.abs());
+        dot += a * b;
+        aa += a * a;
+        bb += b * b;
         let e = (a - b).abs();
         if e > d.max_abs {
             d.max_abs = e;
@@ -48,6 +57,11 @@ pub fn diff(actual: &Tensor, expected: &Tensor) -> Result<Diff, String> {
         }
     }
     d.max_rel = d.max_abs / scale.max(1e-6);
+    d.cosine = match (aa > 0.0, bb > 0.0) {
+        (true, true) => dot / (aa.sqrt() * bb.sqrt()),
+        (false, false) => 1.0,
+        _ => 0.0,
+    };
     Ok(d)
 }
 

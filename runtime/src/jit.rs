@@ -34,6 +34,23 @@ pub fn run_graph_jit(
     capture: &Capture,
     options: &CpuOptions,
 ) -> Result<RunResult, RunError> {
+    run_graph_jit_with(module, graph, inputs, capture, options, &|_, _, _| Ok(()))
+}
+
+/// Gives other kernels to some nodes of the specialised graph before it
+/// runs ([`CpuExecutor::override_node`]).
+pub type ExecutorHook<'a> = dyn Fn(&Module, &Graph, &mut CpuExecutor) -> Result<(), String> + 'a;
+
+/// [`run_graph_jit`], with `hook` called on the executor of the
+/// specialised module and graph before the run.
+pub fn run_graph_jit_with(
+    module: &Module,
+    graph: &Graph,
+    inputs: &[(String, Tensor)],
+    capture: &Capture,
+    options: &CpuOptions,
+    hook: &ExecutorHook<'_>,
+) -> Result<RunResult, RunError> {
     let err = |message: String| RunError {
         graph: graph.name.clone(),
         node: None,
@@ -63,6 +80,7 @@ pub fn run_graph_jit(
         },
         e => err(format!("cpu backend: {e}")),
     })?;
+    hook(&special, g, &mut exec).map_err(err)?;
     let outputs = exec
         .run(inputs)
         .map_err(|e| err(e.to_string()))?

@@ -11,16 +11,19 @@
 //! ([`planned`]: allocation-free steps) and the package format with its
 //! verifying loader ([`package`]), and token-by-token decoding over a static
 //! KV cache ([`decode`]), and the NPU simulator ([`npu_sim`]: our NPU ISA
-//! executed bit-exactly with the cycle model of `docs/NPU_ISA.md`; not yet
-//! behind `--backend npu-sim`). The loader of AOT kernels is to come.
+//! executed bit-exactly with the cycle model of `docs/NPU_ISA.md`) with the
+//! NPU part of a graph on it beside the CPU kernels ([`npu`], `--backend
+//! npu-sim`). The loader of AOT kernels is to come.
 
 pub mod bind;
 pub mod bucket;
 pub mod compare;
 pub mod decode;
+pub mod estimate;
 pub mod exec;
 pub mod interp;
 pub mod jit;
+pub mod npu;
 pub mod npu_sim;
 pub mod npy;
 pub mod package;

@@ -48,6 +48,10 @@ impl Buffer {
     }
 }
 
+/// Code that runs one node in place of its compiled kernel, given the
+/// kernel's buffer pointers (operands then results, as the kernel ABI).
+pub type NodeOverride = Box<dyn FnMut(&[*mut u8]) -> Result<(), &'static str>>;
+
 /// A graph compiled for the host, with its buffers.
 pub struct CpuExecutor {
     program: JitProgram,
@@ -62,6 +66,8 @@ pub struct CpuExecutor {
     /// Per non-constant kernel: its index and its buffer pointers.
     steps: Vec<(usize, Vec<*mut u8>)>,
     labels: Vec<String>,
+    /// Per node index: code that runs instead of its kernel.
+    overrides: HashMap<usize, NodeOverride>,
 }
 
 impl std::fmt::Debug for CpuExecutor {
@@ -137,6 +143,7 @@ impl CpuExecutor {
             outputs: graph.outputs.clone(),
             steps: Vec::new(),
             labels,
+            overrides: HashMap::new(),
         };
         let mut constants = Vec::new();
         for (k, kernel) in exec.program.kernels.iter().enumerate() {
@@ -158,8 +165,19 @@ impl CpuExecutor {
         Ok(exec)
     }
 
-    fn call(&self, k: usize, ptrs: &[*mut u8]) -> Result<(), CpuError> {
+    /// Runs `f` in place of node `node`'s kernel from now on (another
+    /// backend's kernel for that node: the NPU simulator's). `f` gets the
+    /// node's buffers, valid for the node's static types.
+    pub fn override_node(&mut self, node: usize, f: NodeOverride) {
+        self.overrides.insert(node, f);
+    }
+
+    fn call(&mut self, k: usize, ptrs: &[*mut u8]) -> Result<(), CpuError> {
         let kernel = &self.program.kernels[k];
+        if let Some(f) = self.overrides.get_mut(&kernel.spec.node) {
+            return f(ptrs)
+                .map_err(|m| run_error(&self.graph_name, Some(&self.labels[k]), m.to_string()));
+        }
         // SAFETY: the kernel was compiled for exactly these buffers: one
         // pointer per operand and result, each buffer sized for the value's
         // static type; the program (and so the code) lives in `self`.
@@ -228,8 +246,11 @@ impl CpuExecutor {
                 .as_bytes_mut()
                 .copy_from_slice(&t.to_le_bytes());
         }
-        for (k, ptrs) in &self.steps {
-            self.call(*k, ptrs)?;
+        for i in 0..self.steps.len() {
+            let (k, ptrs) = std::mem::take(&mut self.steps[i]);
+            let r = self.call(k, &ptrs);
+            self.steps[i] = (k, ptrs);
+            r?;
         }
         Ok(self
             .outputs
