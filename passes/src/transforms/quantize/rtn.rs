@@ -65,21 +65,35 @@ impl WeightQuantizer for Rtn {
             return Err("weight has non-finite values".to_string());
         }
         let groups = k / g;
+        // Row-major passes (cache-friendly for wide weights): per group the
+        // column maxima, then the scales, then each row.
         let mut scale = vec![0f32; groups * n];
-        let mut q = vec![0f64; k * n];
+        let mut q = vec![0i8; k * n];
         for gi in 0..groups {
-            for c in 0..n {
-                let rows = gi * g..(gi + 1) * g;
-                let max = rows.clone().fold(0f32, |m, r| m.max(data[r * n + c].abs()));
-                let s = if max == 0.0 { 1.0 } else { max / qmax };
-                scale[gi * n + c] = s;
-                for r in rows {
-                    let v = (data[r * n + c] / s).round_ties_even().clamp(qmin, qmax);
-                    q[r * n + c] = v as f64;
+            let s = &mut scale[gi * n..(gi + 1) * n];
+            for r in gi * g..(gi + 1) * g {
+                for (m, v) in s.iter_mut().zip(&data[r * n..(r + 1) * n]) {
+                    *m = m.max(v.abs());
+                }
+            }
+            for m in s.iter_mut() {
+                *m = if *m == 0.0 { 1.0 } else { *m / qmax };
+            }
+            for r in gi * g..(gi + 1) * g {
+                let row = (&data[r * n..(r + 1) * n], &mut q[r * n..(r + 1) * n]);
+                for ((d, v), s) in row.1.iter_mut().zip(row.0).zip(s.iter()) {
+                    *d = (v / s).round_ties_even().clamp(qmin, qmax) as i8;
                 }
             }
         }
-        let q = Tensor::from_f64(dtype, vec![k, n], &q).map_err(|e| e.to_string())?;
+        let bytes: Vec<u8> = match dtype {
+            DType::I4 => q
+                .chunks(2)
+                .map(|p| (p[0] as u8 & 0x0f) | p.get(1).map_or(0, |&h| (h as u8 & 0x0f) << 4))
+                .collect(),
+            _ => q.iter().map(|&v| v as u8).collect(),
+        };
+        let q = Tensor::from_le_bytes(dtype, vec![k, n], &bytes).map_err(|e| e.to_string())?;
         Ok(QuantizedWeight {
             q,
             scale: Tensor::from_f32(vec![groups, n], scale),
@@ -118,6 +132,22 @@ mod tests {
         assert_eq!(qw.q.dtype(), DType::I4);
         assert_eq!(qw.scale.as_f32().unwrap(), &[1.0, 0.5]);
         assert_eq!(qw.q.to_i64_vec(), vec![-7, 7]);
+    }
+
+    #[test]
+    fn int4_odd_count_packs_and_rounds_each_element() {
+        // 3 x 3, one group: an odd element count leaves a high nibble unused.
+        let data: Vec<f32> = (0..9).map(|i| (i as f32 - 4.0) * 0.37).collect();
+        let w = Tensor::from_f32(vec![3, 3], data.clone());
+        let qw = Rtn.quantize(&w, Scheme { bits: 4, group: 3 }).unwrap();
+        let s = qw.scale.as_f32().unwrap().to_vec();
+        let want: Vec<i64> = data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v / s[i % 3]).round_ties_even().clamp(-8.0, 7.0) as i64)
+            .collect();
+        assert_eq!(qw.q.to_i64_vec(), want);
+        assert!(want.iter().any(|&v| v < 0) && want.iter().any(|&v| v > 0));
     }
 
     #[test]
