@@ -163,6 +163,9 @@ pub struct RunArgs {
     /// Where to run [default: reference; cpu for a package].
     #[arg(long, value_name = "reference|cpu|npu-sim")]
     pub backend: Option<String>,
+    /// Quantize the model's weights first (not for packages).
+    #[command(flatten)]
+    pub quant: QuantArgs,
     /// An input as NAME=FILE.npy or NAME=FILE.pb (ONNX TensorProto); repeat per input.
     #[arg(long, value_name = "NAME=FILE")]
     pub input: Vec<String>,
@@ -215,6 +218,9 @@ pub struct GenerateArgs {
     /// Where to run [default: cpu].
     #[arg(long, value_name = "reference|cpu")]
     pub backend: Option<String>,
+    /// Quantize the model's weights first (not for packages).
+    #[command(flatten)]
+    pub quant: QuantArgs,
     /// Threads for the cpu kernels' matrix products (the host GEMM splits
     /// large ones); other kernels run on one thread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -245,13 +251,23 @@ pub struct QuantArgs {
     /// K where it does not divide it).
     #[arg(long, value_name = "G", default_value_t = slmcc::pipeline::DEFAULT_QUANT_GROUP)]
     pub quant_group: usize,
+    /// Linear layers kept f32: `lm-head` (the matmul producing the logits)
+    /// or `none` (quantize it too, as deployments short of memory do).
+    #[arg(long, value_name = "lm-head|none", default_value = "lm-head")]
+    pub quant_keep: String,
 }
 
 impl QuantArgs {
     /// The checked choice; `default` when `--quant` is not given.
     pub fn get(&self, default: &str) -> anyhow::Result<slmcc::pipeline::Quant> {
         let name = self.quant.as_deref().unwrap_or(default);
-        slmcc::pipeline::Quant::parse(name, self.quant_group).map_err(anyhow::Error::msg)
+        let keep_lm_head = match self.quant_keep.as_str() {
+            "lm-head" => true,
+            "none" => false,
+            k => anyhow::bail!("unknown --quant-keep `{k}` (valid: lm-head, none)"),
+        };
+        slmcc::pipeline::Quant::parse(name, self.quant_group, keep_lm_head)
+            .map_err(anyhow::Error::msg)
     }
 }
 
@@ -369,6 +385,11 @@ pub struct GoldenCheckArgs {
     /// large ones); other kernels run on one thread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub threads: u16,
+    /// Check the model quantized (`quantize` after fusion) against the
+    /// same goldens, with the manifest's `tolerances.<quant>` (`max_rel`
+    /// and `min_cosine` per layer).
+    #[command(flatten)]
+    pub quant: QuantArgs,
 }
 
 #[derive(Args, Debug)]
@@ -383,6 +404,19 @@ pub struct ReportArgs {
     /// Also write an SVG picture of every bucket's arena over time.
     #[arg(long, value_name = "FILE")]
     pub plan_svg: Option<PathBuf>,
+    /// When planning now: the target (`rk3588` quantizes, w8a8 by
+    /// default, and adds the estimate); a package reports its own.
+    #[arg(long, value_name = "cpu|rk3588", default_value = "cpu")]
+    pub target: String,
+    #[command(flatten)]
+    pub quant: QuantArgs,
+    /// rk3588: the prompt length of the time-to-first-token estimate (the
+    /// smallest bucket that holds it) and the context of the decode one.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub prompt_len: usize,
+    /// rk3588: print the disassembly of every NPU program.
+    #[arg(long)]
+    pub asm: bool,
 }
 
 const REPORT_AFTER_HELP: &str = "\

@@ -12,22 +12,27 @@ pub const FUSION_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat
 pub enum Quant {
     /// `f32` weights.
     None,
-    /// INT8 weights per output channel, INT8 activations per token.
-    W8A8,
+    /// INT8 weights per output channel, INT8 activations per token (the
+    /// LM head kept f32 unless `keep_lm_head` is false).
+    W8A8 { keep_lm_head: bool },
     /// INT4 weights per group of `group` rows, INT8 activations per token.
-    W4A8 { group: usize },
+    W4A8 { group: usize, keep_lm_head: bool },
 }
 
 /// The INT4 group when `--quant-group` is not given.
 pub const DEFAULT_QUANT_GROUP: usize = 128;
 
 impl Quant {
-    /// `none`, `w8a8` or `w4a8` (with the INT4 group).
-    pub fn parse(name: &str, group: usize) -> Result<Quant, String> {
+    /// `none`, `w8a8` or `w4a8` (with the INT4 group), the LM head kept
+    /// f32 or not.
+    pub fn parse(name: &str, group: usize, keep_lm_head: bool) -> Result<Quant, String> {
         match name {
             "none" => Ok(Quant::None),
-            "w8a8" => Ok(Quant::W8A8),
-            "w4a8" if group > 0 => Ok(Quant::W4A8 { group }),
+            "w8a8" => Ok(Quant::W8A8 { keep_lm_head }),
+            "w4a8" if group > 0 => Ok(Quant::W4A8 {
+                group,
+                keep_lm_head,
+            }),
             "w4a8" => Err("--quant-group must be positive".to_string()),
             q => Err(format!("unknown --quant `{q}` (valid: none, w8a8, w4a8)")),
         }
@@ -37,17 +42,26 @@ impl Quant {
     pub fn name(&self) -> &'static str {
         match self {
             Quant::None => "none",
-            Quant::W8A8 => "w8a8",
+            Quant::W8A8 { .. } => "w8a8",
             Quant::W4A8 { .. } => "w4a8",
         }
     }
 
     /// The pass entry, if any.
     pub fn pass(&self) -> Option<String> {
-        match self {
+        let keep = |k: bool| if k { "" } else { ",keep=none" };
+        match *self {
             Quant::None => None,
-            Quant::W8A8 => Some("quantize{weights=int8}".to_string()),
-            Quant::W4A8 { group } => Some(format!("quantize{{weights=int4,group={group}}}")),
+            Quant::W8A8 { keep_lm_head } => {
+                Some(format!("quantize{{weights=int8{}}}", keep(keep_lm_head)))
+            }
+            Quant::W4A8 {
+                group,
+                keep_lm_head,
+            } => Some(format!(
+                "quantize{{weights=int4,group={group}{}}}",
+                keep(keep_lm_head)
+            )),
         }
     }
 

@@ -33,6 +33,11 @@ fn missing_model(dir: &Path) -> Option<String> {
 /// Runs `slmcc golden check --backend BACKEND` on every golden folder.
 /// Models assembled on demand (MiniLM) are skipped when absent, except in CI.
 fn check_all(backend: &str) {
+    check_all_with(backend, &[]);
+}
+
+/// [`check_all`] with more arguments (`--quant w8a8`).
+fn check_all_with(backend: &str, extra: &[&str]) {
     let dirs = golden_dirs();
     assert!(
         dirs.len() >= 4,
@@ -54,6 +59,7 @@ fn check_all(backend: &str) {
         let out = Command::new(env!("CARGO_BIN_EXE_slmcc"))
             .current_dir(repo())
             .args(["golden", "check", "--backend", backend])
+            .args(extra)
             .arg(&dir)
             .output()
             .expect("run slmcc");
@@ -61,7 +67,7 @@ fn check_all(backend: &str) {
         eprintln!("{stdout}");
         assert!(
             out.status.success() && stdout.contains("layers within tolerance"),
-            "{} on {backend}: {stdout}\n{}",
+            "{} on {backend} {extra:?}: {stdout}\n{}",
             dir.display(),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -80,4 +86,25 @@ fn every_golden_model_matches_on_reference() {
 #[test]
 fn every_golden_model_matches_on_cpu() {
     check_all("cpu");
+}
+
+/// Quantized (INT8 weights, INT8 activations per token) on the CPU backend,
+/// against the FP32 goldens within the manifests' `w8a8` tolerance.
+#[test]
+fn every_golden_model_quantized_w8a8_stays_within_tolerance_on_cpu() {
+    check_all_with("cpu", &["--quant", "w8a8"]);
+}
+
+/// The same with INT4 weights (default group 128, narrowed per weight).
+#[test]
+fn every_golden_model_quantized_w4a8_stays_within_tolerance_on_cpu() {
+    check_all_with("cpu", &["--quant", "w4a8"]);
+}
+
+/// Quantized with the linear layers on the NPU simulator (the rest on the
+/// cpu backend): the same tolerances, since the NPU kernels are bit-exact.
+#[test]
+fn every_golden_model_quantized_stays_within_tolerance_on_npu_sim() {
+    check_all_with("npu-sim", &["--quant", "w8a8"]);
+    check_all_with("npu-sim", &["--quant", "w4a8"]);
 }

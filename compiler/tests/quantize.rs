@@ -10,6 +10,7 @@ use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{DType, Module, Op, Tensor};
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::jit::run_graph_jit;
+use slmcc_runtime::npu::run_graph_npu_sim;
 use slmcc_runtime::{npy, run_graph, Capture};
 
 const FUSE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
@@ -21,6 +22,22 @@ struct Measured {
     tokens: usize,
     qmatmuls: usize,
     weight_bytes: usize,
+}
+
+/// The weight schemes the bit-exactness tests run.
+const SCHEMES: [&str; 3] = [
+    "weights=int8",
+    "weights=int4,group=16",
+    "weights=int4,group=0",
+];
+
+/// qwen2's seq-11 golden input.
+fn seq11() -> [(String, Tensor); 1] {
+    let dir = repo().join("goldens/qwen2/seq11");
+    [(
+        "input_ids".to_string(),
+        npy::read(&dir.join("input_ids.npy")).unwrap(),
+    )]
 }
 
 /// The fused qwen2 test model after `quantize{options}`.
@@ -137,14 +154,8 @@ fn lm_head_is_kept_unless_asked() {
 /// `qmatmul` result by a whole step, more than that; on this input none is.
 #[test]
 fn jit_runs_the_quantized_model_like_the_reference() {
-    let dir = repo().join("goldens/qwen2/seq11");
-    let ids = npy::read(&dir.join("input_ids.npy")).unwrap();
-    let inputs = [("input_ids".to_string(), ids)];
-    for options in [
-        "weights=int8",
-        "weights=int4,group=16",
-        "weights=int4,group=0",
-    ] {
+    let inputs = seq11();
+    for options in SCHEMES {
         let m = quantized(options);
         let g = &m.graphs[0];
         let want = run_graph(&m, g, &inputs, &Capture::Nothing).unwrap();
@@ -176,6 +187,39 @@ fn jit_runs_the_quantized_model_like_the_reference() {
             "{options}: max_rel {}",
             d.max_rel
         );
+    }
+}
+
+/// The NPU kernels on the simulator compute `qmatmul` bit for bit as the
+/// reference: with the rest of the graph on the same JIT, `npu-sim` and
+/// `cpu` give the same logits, and in exact mode both equal the reference.
+#[test]
+fn npu_sim_runs_the_quantized_model_bit_exactly() {
+    let inputs = seq11();
+    let target = slmcc_backends::npu::Target::rk3588();
+    let bits = |t: &Tensor| -> Vec<u32> { t.to_f32_vec().iter().map(|v| v.to_bits()).collect() };
+    for options in SCHEMES {
+        let m = quantized(options);
+        let g = &m.graphs[0];
+        let want = run_graph(&m, g, &inputs, &Capture::Nothing).unwrap();
+        for o in [CpuOptions::exact(), CpuOptions::default()] {
+            let (got, records) = run_graph_npu_sim(&m, g, &inputs, &Capture::Nothing, &target, &o)
+                .unwrap_or_else(|e| panic!("{options}: npu-sim: {e}"));
+            let cpu = run_graph_jit(&m, g, &inputs, &Capture::Nothing, &o).unwrap();
+            let records = records.borrow();
+            assert_eq!(records.len(), 14, "{options}: every qmatmul on the NPU");
+            assert!(records.values().all(|r| r.calls == 1 && r.last.macs > 0));
+            assert!(
+                bits(&got.outputs[0].1) == bits(&cpu.outputs[0].1),
+                "{options}: npu-sim differs from cpu"
+            );
+            if o == CpuOptions::exact() {
+                assert!(
+                    bits(&got.outputs[0].1) == bits(&want.outputs[0].1),
+                    "{options}: npu-sim (exact) differs from the reference"
+                );
+            }
+        }
     }
 }
 

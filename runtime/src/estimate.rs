@@ -206,6 +206,17 @@ fn cpu_work(g: &Graph, i: usize, o: &EstimateOptions) -> (f64, f64) {
             let queries: f64 = q[..q.len() - 1].iter().product::<usize>() as f64;
             2.0 * queries * keys as f64 * (d + dv) as f64
         }
+        // Reads only the rows it picks.
+        Op::Gather(_) | Op::GatherElements(_) | Op::GatherNd(_) => {
+            let out_bytes: u64 = node.outputs.iter().map(|&v| bytes_of(g, v)).sum();
+            bytes = (2 * out_bytes + bytes_of(g, node.inputs[1])) as f64;
+            0.0
+        }
+        // Reads the cache's shape, not its data.
+        Op::KvMask(_) => {
+            bytes = node.outputs.iter().map(|&v| bytes_of(g, v) as f64).sum();
+            out
+        }
         // Writes only the step's rows into the cache (in place).
         Op::KvWrite(_) => {
             bytes = 2.0 * bytes_of(g, node.inputs[1]) as f64;

@@ -41,7 +41,6 @@ pub const FUSED_OPS: [&str; 8] = [
     "attention",
 ];
 
-pub use slmcc::pipeline::FUSION_PIPELINE;
 use slmcc::pipeline::{quantized_pipeline, Quant};
 
 /// `--passes` completed so that every graph ends up a planned bucket:
@@ -472,7 +471,13 @@ mod tests {
             "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=1,2},plan-memory"
         );
         assert_eq!(
-            quantized_pipeline(Quant::W4A8 { group: 64 }, "buckets=8"),
+            quantized_pipeline(
+                Quant::W4A8 {
+                    group: 64,
+                    keep_lm_head: true
+                },
+                "buckets=8"
+            ),
             "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,\
              quantize{weights=int4,group=64},bucket-specialize{buckets=8},plan-memory"
         );

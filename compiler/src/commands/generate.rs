@@ -24,7 +24,8 @@ use super::load::{load_module, Backend};
 use super::tokenize::Tokenizer;
 use crate::cli::GenerateArgs;
 use crate::exit::CmdResult;
-use slmcc::pipeline::{kv_cache_pipeline, FUSION_PIPELINE};
+use slmcc::pipeline::quantized_kv_cache_pipeline;
+use slmcc_runtime::npu::NpuSimKernels;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
     slmcc_backends::cpu::set_threads(args.threads.into());
@@ -82,12 +83,13 @@ fn load_decoder(args: &GenerateArgs, backend: Backend) -> anyhow::Result<Decoder
     let mut module = load_module(path)?;
     let packaged = path.extension().is_some_and(|e| e == "slmpkg");
     if !packaged {
+        let quant = args.quant.get("none")?;
         let pipeline = match backend {
-            Backend::Cpu => {
+            Backend::Cpu | Backend::NpuSim => {
                 let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
-                kv_cache_pipeline(&args.kv.pass(), &sizes)
+                quantized_kv_cache_pipeline(quant, &args.kv.pass(), &sizes)
             }
-            Backend::Reference => format!("{FUSION_PIPELINE},{}", args.kv.pass()),
+            Backend::Reference => format!("{},{}", quant.fusion_pipeline(), args.kv.pass()),
         };
         let options = RunOptions {
             verify_each: true,
@@ -96,23 +98,41 @@ fn load_decoder(args: &GenerateArgs, backend: Backend) -> anyhow::Result<Decoder
         PassManager::parse(&pipeline, options)?
             .run(&mut module, &mut std::io::sink())
             .with_context(|| format!("{}", path.display()))?;
-    } else if backend != Backend::Cpu {
-        bail!("{}: a package runs on cpu", path.display());
+    } else if backend == Backend::Reference {
+        bail!(
+            "{}: a package runs on cpu or npu-sim, not reference",
+            path.display()
+        );
+    } else if args.quant.quant.is_some() {
+        bail!(
+            "{}: a package is quantized when it is compiled; --quant applies to models",
+            path.display()
+        );
     }
     match backend {
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
-        Backend::Cpu => planned_decoder(&module).map_err(|e| at(&e)),
+        Backend::Cpu | Backend::NpuSim => {
+            planned_decoder(&module, backend == Backend::NpuSim).map_err(|e| at(&e))
+        }
     }
 }
 
-/// The cpu decoder over every bucket graph of `module`.
-fn planned_decoder(module: &Module) -> Result<Decoder, DecodeError> {
+/// The planned decoder over every bucket graph of `module`: cpu kernels,
+/// or with `npu` the NPU nodes on the simulator.
+fn planned_decoder(module: &Module, npu: bool) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
     let options = CpuOptions::default();
+    let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
-        let k = JitKernels::compile(g, &options)
-            .map_err(|e| DecodeError::Graph(format!("graph @{}: cpu backend: {e}", g.name)))?;
-        Ok(Box::new(k))
+        let fail =
+            |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
+        Ok(if npu {
+            Box::new(NpuSimKernels::new(module, g, &target, &options).map_err(|e| fail(&e))?)
+        } else {
+            Box::new(
+                JitKernels::compile(g, &options).map_err(|e| fail(&format!("cpu backend: {e}")))?,
+            )
+        })
     };
     Decoder::planned(module, &graphs, &kernels)
 }

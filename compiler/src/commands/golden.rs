@@ -8,6 +8,13 @@
 //! failing that, to the current directory. The relative error of a layer is
 //! `max|a - b| / max(max|b|, 1e-6)`. The first layer over tolerance is named
 //! with the IR node that produced it.
+//!
+//! With `--quant w8a8|w4a8` the model is quantized after fusion and checked
+//! against the same (FP32) goldens with `tolerances.<quant>`: `max_rel` and
+//! `min_cosine` (the cosine similarity of each layer with its golden, at
+//! least this). These bound the quantization error measured on our test
+//! models (see `docs/QUANTIZATION.md`), not the kernels' precision: the
+//! kernels themselves are checked bit for bit against the reference.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -18,7 +25,9 @@ use slmcc_ir::OpDef;
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::{npy, Capture};
 
-use super::load::{entry_graph, execute, load_module, prepare, Backend};
+use slmcc::pipeline::Quant;
+
+use super::load::{entry_graph, execute, load_module, prepare_quantized, Backend};
 use crate::cli::{GoldenAction, GoldenArgs, GoldenCheckArgs};
 use crate::exit::{CmdResult, Failure};
 
@@ -51,6 +60,8 @@ struct Manifest {
     dir: PathBuf,
     model: PathBuf,
     max_rel: f64,
+    /// Quantized checks only: the smallest cosine similarity allowed.
+    min_cosine: Option<f64>,
     cases: Vec<Case>,
 }
 
@@ -60,7 +71,9 @@ fn str_field<'a>(j: &'a Json, key: &str, what: &str) -> anyhow::Result<&'a str> 
         .ok_or_else(|| anyhow!("{what}: missing string `{key}`"))
 }
 
-fn read_manifest(arg: &Path, backend: &str) -> anyhow::Result<Manifest> {
+/// `tolerance` is the key of `tolerances` to check with: the backend's
+/// name, or the quantization's.
+fn read_manifest(arg: &Path, tolerance: &str) -> anyhow::Result<Manifest> {
     let path = if arg.is_dir() {
         arg.join("manifest.json")
     } else {
@@ -77,9 +90,11 @@ fn read_manifest(arg: &Path, backend: &str) -> anyhow::Result<Manifest> {
         .into_iter()
         .find(|p| p.exists())
         .ok_or_else(|| anyhow!("{ctx}: model `{model_rel}` not found"))?;
-    let max_rel = j["tolerances"][backend]["max_rel"]
+    let t = &j["tolerances"][tolerance];
+    let max_rel = t["max_rel"]
         .as_f64()
-        .ok_or_else(|| anyhow!("{ctx}: no tolerance `tolerances.{backend}.max_rel`"))?;
+        .ok_or_else(|| anyhow!("{ctx}: no tolerance `tolerances.{tolerance}.max_rel`"))?;
+    let min_cosine = t["min_cosine"].as_f64();
     let cases = j["cases"]
         .as_array()
         .ok_or_else(|| anyhow!("{ctx}: missing `cases`"))?
@@ -120,6 +135,7 @@ fn read_manifest(arg: &Path, backend: &str) -> anyhow::Result<Manifest> {
         dir,
         model,
         max_rel,
+        min_cosine,
         cases,
     };
     unique_cases(&m).map_err(|e| anyhow!("{ctx}: {e}"))?;
@@ -134,20 +150,32 @@ struct Divergence {
 
 fn check(args: GoldenCheckArgs) -> CmdResult {
     let backend = Backend::parse(&args.backend)?;
+    let quant = args.quant.get("none")?;
+    let tolerance = match quant {
+        Quant::None => args.backend.as_str(),
+        q => q.name(),
+    };
+    let label = match quant {
+        Quant::None => args.backend.clone(),
+        q => format!("{}, {}", args.backend, q.name()),
+    };
     let mut first: Option<Divergence> = None;
     let mut layers_checked = 0usize;
     for arg in &args.goldens {
-        let m = read_manifest(arg, &args.backend)?;
+        let m = read_manifest(arg, tolerance)?;
         let mut module = load_module(&m.model)?;
-        prepare(&mut module, backend, &m.model)?;
+        prepare_quantized(&mut module, backend, quant, &m.model)?;
         let graph = entry_graph(&module)?;
         let producers = graph.producers();
         for case in &m.cases {
+            let cosine = m
+                .min_cosine
+                .map(|c| format!(", min_cosine {c}"))
+                .unwrap_or_default();
             println!(
-                "{} {} ({}, tolerance max_rel {:e})",
+                "{} {} ({label}, tolerance max_rel {:e}{cosine})",
                 m.dir.display(),
                 case.name,
-                args.backend,
                 m.max_rel
             );
             let inputs = case
@@ -158,7 +186,10 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
             let names: HashSet<String> = case.layers.iter().map(|l| l.value.clone()).collect();
             let result = execute(backend, &module, graph, &inputs, &Capture::Names(names))
                 .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
-            println!("  {:<28} {:>12} {:>12}", "layer", "max_abs", "max_rel");
+            println!(
+                "  {:<28} {:>12} {:>12} {:>10}",
+                "layer", "max_abs", "max_rel", "cosine"
+            );
             for l in &case.layers {
                 let got = result
                     .captured
@@ -179,13 +210,15 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                     })?;
                 let want = npy::read(&l.file).map_err(|e| anyhow!(e))?;
                 let d = diff(got, &want).map_err(|e| anyhow!("layer `{}`: {e}", l.layer))?;
-                let ok = d.max_rel <= m.max_rel && d.mismatched_specials == 0;
+                let cosine_ok = m.min_cosine.is_none_or(|c| d.cosine >= c);
+                let ok = d.max_rel <= m.max_rel && cosine_ok && d.mismatched_specials == 0;
                 layers_checked += 1;
                 println!(
-                    "  {:<28} {:>12.3e} {:>12.3e}  {}",
+                    "  {:<28} {:>12.3e} {:>12.3e} {:>10.6}  {}",
                     l.layer,
                     d.max_abs,
                     d.max_rel,
+                    d.cosine,
                     if ok { "ok" } else { "OVER" }
                 );
                 if !ok && first.is_none() {
@@ -200,10 +233,12 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                     first = Some(Divergence {
                         at: format!("{} {} layer `{}`", m.dir.display(), case.name, l.layer),
                         message: format!(
-                            "value `{}`{node}: max_rel {:.3e} > {:e} (max_abs {:.3e} at element {}{})",
+                            "value `{}`{node}: max_rel {:.3e} (tolerance {:e}), cosine {:.6}{} (max_abs {:.3e} at element {}{})",
                             l.value,
                             d.max_rel,
                             m.max_rel,
+                            d.cosine,
+                            m.min_cosine.map(|c| format!(" (at least {c})")).unwrap_or_default(),
                             d.max_abs,
                             d.worst_index,
                             if d.mismatched_specials > 0 {

@@ -4,19 +4,15 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
+use slmcc::pipeline::Quant;
 use slmcc_backends::cpu::CpuOptions;
+use slmcc_backends::npu::Target;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::jit::run_graph_jit;
+use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
-
-/// The pipeline run before either backend: fold the shape bookkeeping, fuse
-/// the transformer blocks (so golden checks cover the fused ops, on the
-/// reference interpreter and in the cpu backend's kernels), and clean up.
-/// Values that survive keep their names, so goldens keyed by ONNX value
-/// names still find them.
-pub const REFERENCE_PIPELINE: &str = super::compile::FUSION_PIPELINE;
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +23,10 @@ pub enum Backend {
     /// bound from the input shapes and every node becomes a kernel; a graph
     /// with an op the backend does not lower yet fails naming that node.
     Cpu,
+    /// The modelled RK3588: the nodes the `partition` pass places on the
+    /// NPU run their NPU kernels on the simulator (bit-exact), the rest on
+    /// the cpu backend as above.
+    NpuSim,
 }
 
 impl Backend {
@@ -34,7 +34,7 @@ impl Backend {
         match name {
             "reference" => Ok(Backend::Reference),
             "cpu" => Ok(Backend::Cpu),
-            "npu-sim" => bail!("backend `{name}` is not yet supported (use reference or cpu)"),
+            "npu-sim" => Ok(Backend::NpuSim),
             _ => bail!("unknown backend `{name}` (valid: reference, cpu, npu-sim)"),
         }
     }
@@ -67,18 +67,32 @@ pub fn load_module(path: &Path) -> anyhow::Result<Module> {
     }
 }
 
-/// Prepares a module for a backend (runs its pipeline, verified).
+/// Prepares a module for a backend: fold the shape bookkeeping, fuse the
+/// transformer blocks (so golden checks cover the fused ops, on the
+/// reference interpreter and in the kernels), clean up
+/// ([`slmcc::pipeline::FUSION_PIPELINE`]), verified. Values that survive keep
+/// their names, so goldens keyed by ONNX value names still find them.
 pub fn prepare(module: &mut Module, backend: Backend, path: &Path) -> anyhow::Result<()> {
+    prepare_quantized(module, backend, Quant::None, path)
+}
+
+/// [`prepare`], with the weights quantized after fusion.
+pub fn prepare_quantized(
+    module: &mut Module,
+    backend: Backend,
+    quant: Quant,
+    path: &Path,
+) -> anyhow::Result<()> {
     let pipeline = match backend {
         // Both run the fused graph; the cpu backend also specialises it to
         // the input shapes when it runs (`execute`).
-        Backend::Reference | Backend::Cpu => REFERENCE_PIPELINE,
+        Backend::Reference | Backend::Cpu | Backend::NpuSim => quant.fusion_pipeline(),
     };
     let options = RunOptions {
         verify_each: true,
         ..RunOptions::default()
     };
-    PassManager::parse(pipeline, options)?
+    PassManager::parse(&pipeline, options)?
         .run(module, &mut std::io::sink())
         .with_context(|| format!("{}", path.display()))?;
     Ok(())
@@ -95,7 +109,39 @@ pub fn execute(
     match backend {
         Backend::Reference => run_graph(module, graph, inputs, capture),
         Backend::Cpu => run_graph_jit(module, graph, inputs, capture, &CpuOptions::default()),
+        Backend::NpuSim => {
+            let target = slmcc_backends::npu::Target::rk3588();
+            let options = CpuOptions::default();
+            let (result, records) =
+                run_graph_npu_sim(module, graph, inputs, capture, &target, &options)?;
+            log_npu_records(&records.borrow(), &target);
+            Ok(result)
+        }
     }
+}
+
+/// Logs what the simulator counted (an estimate of the model, not a
+/// measurement): kernels, cycles, DDR bytes, MAC utilisation.
+pub fn log_npu_records(records: &std::collections::HashMap<usize, NodeRecord>, t: &Target) {
+    let (mut cycles, mut bytes, mut macs) = (0u64, 0u64, 0u64);
+    for r in records.values() {
+        cycles += r.last.cycles;
+        bytes += r.last.ddr_bytes_read + r.last.ddr_bytes_written;
+        macs += r.last.macs;
+    }
+    let peak = cycles * u64::from(t.macs_per_cycle) * u64::from(t.cores);
+    tracing::info!(
+        "npu-sim (the model's estimate): {} NPU kernels, {cycles} cycles ({:.3} ms at {} MHz), \
+         {bytes} DDR bytes, MAC utilisation {:.1}%",
+        records.len(),
+        cycles as f64 / t.clock_hz as f64 * 1e3,
+        t.clock_hz / 1_000_000,
+        if peak > 0 {
+            100.0 * macs as f64 / peak as f64
+        } else {
+            0.0
+        }
+    );
 }
 
 /// The graph to run: `main` if there is one, else the only graph.

@@ -1,6 +1,7 @@
 //! One module per subcommand; [`dispatch`] routes to them.
 
 mod compile;
+mod estimate;
 mod generate;
 mod golden;
 mod import;

@@ -17,7 +17,11 @@ use super::load::load_module;
 use crate::cli::ReportArgs;
 use crate::exit::CmdResult;
 
-pub use slmcc::pipeline::{plan_pipeline, DEFAULT_BUCKETS};
+use slmcc::pipeline::quantized_plan_pipeline;
+pub use slmcc::pipeline::DEFAULT_BUCKETS;
+use slmcc_runtime::package::TARGET_RK3588;
+
+use super::estimate::{asm_report, estimate_report};
 
 pub fn run(args: ReportArgs) -> CmdResult {
     let path = &args.package;
@@ -29,15 +33,34 @@ pub fn run(args: ReportArgs) -> CmdResult {
             )
             .into());
         }
+        if args.quant.quant.is_some() || args.target != "cpu" {
+            return Err(anyhow!(
+                "{}: a package's target and quantization are fixed when it is compiled",
+                path.display()
+            )
+            .into());
+        }
         let pkg = Package::open(path)?;
         let module = pkg.module()?;
         print!("{}", package_report(&pkg));
         print!("{}", text_report(&module, path, false));
+        let rk3588 = pkg
+            .manifest
+            .versions
+            .as_ref()
+            .is_some_and(|v| v.target == TARGET_RK3588);
+        print_npu(&module, &args, rk3588)?;
         if let Some(svg) = &args.plan_svg {
             super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
         }
         return Ok(());
     }
+    let rk3588 = match args.target.as_str() {
+        "cpu" => false,
+        "rk3588" => true,
+        t => return Err(anyhow!("unknown target `{t}` (valid: cpu, rk3588)").into()),
+    };
+    let quant = args.quant.get(if rk3588 { "w8a8" } else { "none" })?;
     let mut module = load_module(path)?;
     let planned_now = module.plans.is_empty();
     if planned_now {
@@ -46,7 +69,7 @@ pub fn run(args: ReportArgs) -> CmdResult {
             verify_each: true,
             ..RunOptions::default()
         };
-        PassManager::parse(&plan_pipeline(buckets), options)?
+        PassManager::parse(&quantized_plan_pipeline(quant, buckets), options)?
             .run(&mut module, &mut std::io::sink())
             .with_context(|| format!("{}", path.display()))?;
     } else if args.buckets.is_some() {
@@ -59,6 +82,21 @@ pub fn run(args: ReportArgs) -> CmdResult {
     print!("{}", text_report(&module, path, planned_now));
     if let Some(svg) = &args.plan_svg {
         super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
+    }
+    print_npu(&module, &args, rk3588)
+}
+
+/// The rk3588 estimate and, with `--asm`, the NPU programs.
+fn print_npu(module: &Module, args: &ReportArgs, rk3588: bool) -> CmdResult {
+    if !rk3588 {
+        if args.asm {
+            return Err(anyhow!("--asm: only rk3588 models have NPU programs").into());
+        }
+        return Ok(());
+    }
+    print!("{}", estimate_report(module, args.prompt_len)?);
+    if args.asm {
+        print!("{}", asm_report(module)?);
     }
     Ok(())
 }
@@ -306,7 +344,7 @@ mod tests {
     #[test]
     fn pipeline_names_the_buckets() {
         assert_eq!(
-            plan_pipeline("64,128"),
+            slmcc::pipeline::plan_pipeline("64,128"),
             "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=64,128},plan-memory"
         );
     }

@@ -1,20 +1,25 @@
 //! `slmcc run`: run a model on input tensors and write or summarise its outputs.
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
+use slmcc::pipeline::{quantized_plan_pipeline, Quant};
 use slmcc_backends::cpu::CpuOptions;
-use slmcc_ir::{Module, Tensor};
+use slmcc_backends::npu::Target;
+use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::bucket::{Buckets, Padding};
+use slmcc_runtime::exec::{ExecError, KernelSet};
+use slmcc_runtime::jit::JitKernels;
+use slmcc_runtime::npu::NpuSimKernels;
 use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    entry_graph, execute, load_module, prepare, read_tensor, Backend, REFERENCE_PIPELINE,
+    entry_graph, execute, load_module, log_npu_records, prepare_quantized, read_tensor, Backend,
 };
-use super::report::plan_pipeline;
 use crate::cli::RunArgs;
 use crate::exit::CmdResult;
 
@@ -33,10 +38,18 @@ pub fn run(args: RunArgs) -> CmdResult {
     }
     check_unique(&inputs)?;
     let mut module = load_module(&args.model)?;
+    let quant = args.quant.get("none")?;
+    if is_package && args.quant.quant.is_some() {
+        return Err(anyhow!(
+            "{}: a package is quantized when it is compiled; --quant applies to models",
+            args.model.display()
+        )
+        .into());
+    }
     let result = if args.buckets.is_some() || !module.buckets.is_empty() {
-        run_bucketed(&mut module, backend, &args, &inputs)?
+        run_bucketed(&mut module, backend, quant, &args, &inputs)?
     } else {
-        prepare(&mut module, backend, &args.model)?;
+        prepare_quantized(&mut module, backend, quant, &args.model)?;
         let graph = entry_graph(&module)?;
         execute(backend, &module, graph, &inputs, &Capture::Nothing)
             .map_err(|e| anyhow!("{}: {e}", args.model.display()))?
@@ -76,6 +89,7 @@ pub fn run(args: RunArgs) -> CmdResult {
 fn run_bucketed(
     module: &mut Module,
     backend: Backend,
+    quant: Quant,
     args: &RunArgs,
     inputs: &[(String, Tensor)],
 ) -> anyhow::Result<RunResult> {
@@ -98,9 +112,12 @@ fn run_bucketed(
                 .join(",");
             pipeline = Some(match backend {
                 Backend::Reference => {
-                    format!("{REFERENCE_PIPELINE},bucket-specialize{{buckets={list}}}")
+                    format!(
+                        "{},bucket-specialize{{buckets={list}}}",
+                        quant.fusion_pipeline()
+                    )
                 }
-                Backend::Cpu => plan_pipeline(&list),
+                Backend::Cpu | Backend::NpuSim => quantized_plan_pipeline(quant, &list),
             });
             entry_graph(module)?.name.clone()
         }
@@ -120,7 +137,7 @@ fn run_bucketed(
         }
     };
     if pipeline.is_none()
-        && backend == Backend::Cpu
+        && backend != Backend::Reference
         && module.buckets.keys().any(|g| !module.plans.contains_key(g))
     {
         pipeline = Some("plan-memory".to_string());
@@ -157,7 +174,7 @@ fn run_bucketed(
     let padding = Padding::default();
     let run = match backend {
         Backend::Reference => buckets.run(inputs, padding).map_err(|e| at(&e))?,
-        Backend::Cpu => {
+        Backend::Cpu | Backend::NpuSim => {
             let Some((_, info)) = buckets.pick(len) else {
                 bail!(
                     "{}: graph @{base}: input has seq = {len}, which exceeds the largest bucket ({})",
@@ -166,15 +183,35 @@ fn run_bucketed(
                 );
             };
             let size = info.size as usize;
-            let mut planned = PlannedBuckets::load_jit(
-                module,
-                &base,
-                padding,
-                &|s| s == size,
-                &CpuOptions::default(),
-            )
-            .map_err(|e| at(&e))?;
-            planned.run(inputs).map_err(|e| at(&e))?
+            let options = CpuOptions::default();
+            let target = Target::rk3588();
+            let records = RefCell::new(None);
+            let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, ExecError> {
+                let fail = |message: String| ExecError {
+                    graph: g.name.clone(),
+                    node: None,
+                    message,
+                };
+                Ok(match backend {
+                    Backend::NpuSim => {
+                        let k = NpuSimKernels::new(module, g, &target, &options).map_err(fail)?;
+                        *records.borrow_mut() = Some(k.records());
+                        Box::new(k)
+                    }
+                    _ => Box::new(
+                        JitKernels::compile(g, &options)
+                            .map_err(|e| fail(format!("cpu backend: {e}")))?,
+                    ),
+                })
+            };
+            let mut planned =
+                PlannedBuckets::load(module, &base, padding, &|s| s == size, &kernels)
+                    .map_err(|e| at(&e))?;
+            let run = planned.run(inputs).map_err(|e| at(&e))?;
+            if let Some(r) = records.borrow().as_ref() {
+                log_npu_records(&r.borrow(), &target);
+            }
+            run
         }
     };
     tracing::info!(

@@ -1,0 +1,142 @@
+//! `--target rk3588` end to end: every decoder compiles quantized (w8a8
+//! and w4a8) into a package, the package runs on the NPU simulator with the
+//! same logits as on the cpu kernels, generates the same tokens, and
+//! `slmcc report` gives the estimate and the NPU programs' disassembly.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{repo, slmcc, stderr, stdout};
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("slmcc-rk3588-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = slmcc(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn every_decoder_compiles_runs_on_npu_sim_like_cpu_and_reports() {
+    let dir = tmpdir("models");
+    for model in ["llama", "qwen2", "phi3", "gpt2"] {
+        for quant in ["w8a8", "w4a8"] {
+            let pkg = dir.join(format!("{model}-{quant}.slmpkg"));
+            let pkg = pkg.to_str().unwrap();
+            let onnx = format!("testdata/models/{model}.onnx");
+            let out = ok(&[
+                "compile",
+                &onnx,
+                "--target",
+                "rk3588",
+                "--quant",
+                quant,
+                "--buckets",
+                "16",
+                "-o",
+                pkg,
+            ]);
+            assert!(
+                out.contains("target rk3588") && out.contains(quant),
+                "{out}"
+            );
+            let input = format!(
+                "input_ids={}",
+                repo()
+                    .join(format!("goldens/{model}/seq11/input_ids.npy"))
+                    .display()
+            );
+            let on = |backend: &str| {
+                let o = slmcc(&["run", pkg, "--backend", backend, "--input", &input]);
+                assert!(
+                    o.status.success(),
+                    "{model} {quant} {backend}: {}",
+                    stderr(&o)
+                );
+                stdout(&o)
+            };
+            // The summary line prints the logits' range and first values
+            // to 6 decimals: equal text, and the kernels are bit-exact.
+            assert_eq!(on("npu-sim"), on("cpu"), "{model} {quant}");
+            let report = ok(&["report", pkg, "--prompt-len", "11"]);
+            for want in [
+                "estimate for rk3588",
+                "npu  qmatmul",
+                "time to first token",
+                "MAC utilisation",
+            ] {
+                assert!(
+                    report.contains(want),
+                    "{model} {quant}: no `{want}`:\n{report}"
+                );
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn report_disassembles_the_npu_programs_and_estimates_decode() {
+    let out = ok(&[
+        "report",
+        "testdata/models/qwen2.onnx",
+        "--target",
+        "rk3588",
+        "--quant",
+        "w4a8",
+        "--buckets",
+        "1,16",
+        "--asm",
+    ]);
+    for want in [
+        "qmatmul m=16 k=64",
+        "mm.i4",
+        "epi.f32",
+        "dma.load",
+        "sem.wait",
+    ] {
+        assert!(out.contains(want), "no `{want}`");
+    }
+    // No KV cache: bucket 1 is a one-token prefill, not a decode step.
+    assert!(out.contains("no decode graph"), "{out}");
+}
+
+#[test]
+fn generate_on_npu_sim_equals_cpu() {
+    let run = |backend: &str| {
+        ok(&[
+            "generate",
+            "testdata/models/qwen2.onnx",
+            "--backend",
+            backend,
+            "--quant",
+            "w8a8",
+            "--prompt-ids",
+            "1,2,3,4",
+            "--max-new-tokens",
+            "8",
+            "--buckets",
+            "8",
+        ])
+    };
+    assert_eq!(run("npu-sim"), run("cpu"));
+}
+
+#[test]
+fn a_cpu_report_has_no_npu_programs() {
+    let o = slmcc(&[
+        "report",
+        "testdata/models/qwen2.onnx",
+        "--buckets",
+        "8",
+        "--asm",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("only rk3588 models"), "{}", stderr(&o));
+}
