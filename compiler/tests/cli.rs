@@ -191,9 +191,7 @@ fn failed_output_leaves_nothing_behind() {
 
 #[test]
 fn unimplemented_subcommands_say_so() {
-    for args in [vec!["golden", "record", "goldens/llama"]] {
-        expect_bad_input(&args, "is not yet supported");
-    }
+    expect_bad_input(&["golden", "record", "goldens/llama"], "is not yet supported");
 }
 
 #[test]
