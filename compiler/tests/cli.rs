@@ -191,7 +191,10 @@ fn failed_output_leaves_nothing_behind() {
 
 #[test]
 fn unimplemented_subcommands_say_so() {
-    expect_bad_input(&["golden", "record", "goldens/llama"], "is not yet supported");
+    expect_bad_input(
+        &["golden", "record", "goldens/llama"],
+        "is not yet supported",
+    );
 }
 
 #[test]

@@ -82,7 +82,7 @@ impl WeightQuantizer for Rtn {
             for r in gi * g..(gi + 1) * g {
                 let row = (&data[r * n..(r + 1) * n], &mut q[r * n..(r + 1) * n]);
                 for ((d, v), s) in row.1.iter_mut().zip(row.0).zip(s.iter()) {
-                    *d = (v / s).round_ties_even().clamp(qmin, qmax) as i8;
+                    *d = round_half_even(v / s).clamp(qmin, qmax) as i8;
                 }
             }
         }
@@ -99,6 +99,16 @@ impl WeightQuantizer for Rtn {
             scale: Tensor::from_f32(vec![groups, n], scale),
         })
     }
+}
+
+/// `x.round_ties_even()` for `|x| <= 2^22` (here `|w / scale| <= qmax`
+/// up to rounding): adding and removing 2^23 rounds to an integer in the
+/// current (nearest-even) mode, without the libm call `round_ties_even`
+/// becomes on x86-64's baseline.
+fn round_half_even(x: f32) -> f32 {
+    const MAGIC: f32 = 8_388_608.0; // 2^23
+    debug_assert!(x.abs() <= MAGIC / 2.0);
+    ((x.abs() + MAGIC) - MAGIC).copysign(x)
 }
 
 #[cfg(test)]
@@ -148,6 +158,27 @@ mod tests {
             .collect();
         assert_eq!(qw.q.to_i64_vec(), want);
         assert!(want.iter().any(|&v| v < 0) && want.iter().any(|&v| v > 0));
+    }
+
+    #[test]
+    fn rounding_matches_round_ties_even() {
+        for i in -2_000_000..2_000_000 {
+            let x = i as f32 * 0.25 + 0.125 * (i % 3) as f32;
+            assert_eq!(
+                round_half_even(x).to_bits(),
+                x.round_ties_even().to_bits(),
+                "{x}"
+            );
+        }
+        for x in [
+            0.5f32, 1.5, 2.5, -0.5, -2.5, 127.49999, 4194303.5, -0.0, 0.0,
+        ] {
+            assert_eq!(
+                round_half_even(x).to_bits(),
+                x.round_ties_even().to_bits(),
+                "{x}"
+            );
+        }
     }
 
     #[test]
