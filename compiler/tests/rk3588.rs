@@ -66,6 +66,7 @@ fn every_decoder_compiles_runs_on_npu_sim_like_cpu_and_reports() {
             assert_eq!(on("npu-sim"), on("cpu"), "{model} {quant}");
             let report = ok(&["report", pkg, "--prompt-len", "11"]);
             for want in [
+                "NPU programs (",
                 "estimate for rk3588",
                 "npu  qmatmul",
                 "time to first token",

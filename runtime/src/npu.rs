@@ -131,18 +131,30 @@ pub struct NpuSimKernels {
 
 impl NpuSimKernels {
     /// Compiles the CPU nodes of `graph` (a bucket graph of `module`) and
-    /// loads its NPU nodes with their weights.
+    /// loads its NPU nodes with their weights. With `stored` (a package's
+    /// programs, [`crate::package::Package::npu_programs`]) every NPU node
+    /// runs the program stored for it, which must exist; otherwise the
+    /// programs are emitted now.
     pub fn new(
         module: &Module,
         graph: &Graph,
         target: &Target,
         options: &CpuOptions,
+        stored: Option<&HashMap<usize, Program>>,
     ) -> Result<NpuSimKernels, String> {
         let nodes = plan_graph(graph, target)?;
         let jit = JitKernels::compile(graph, options).map_err(|e: CpuError| e.to_string())?;
         let mut npu = HashMap::new();
-        for node in nodes {
+        for mut node in nodes {
             let i = node.node;
+            if let Some(stored) = stored {
+                node.program = stored.get(&i).cloned().ok_or_else(|| {
+                    format!(
+                        "node {}: the package has no NPU program for it",
+                        node_label(graph, i)
+                    )
+                })?;
+            }
             let loaded = load_node(module, graph, node, target)
                 .map_err(|e| format!("node {}: {e}", node_label(graph, i)))?;
             npu.insert(i, Rc::new(RefCell::new(loaded)));

@@ -19,8 +19,9 @@ use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
 use slmcc_backends::cpu::{CpuOptions, JitProgram, KERNEL_LIBRARY};
 use slmcc_ir::{Module, OpDef, Region};
 use slmcc_passes::{parse_pipeline, PassManager, PassRecord, RunOptions};
+use slmcc_runtime::npu::plan_graph;
 use slmcc_runtime::package::{
-    self, BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet,
+    self, BucketEntry, KernelObject, KernelSymbol, Manifest, NpuProgram, TargetOptions, VersionSet,
     ISA_HOST_JIT, RUNTIME_ABI, TARGET_CPU, TARGET_RK3588,
 };
 
@@ -154,6 +155,22 @@ fn default_output(model: &Path) -> PathBuf {
     PathBuf::from(format!("{stem}.slmpkg"))
 }
 
+/// The NPU program of every node the partition places on the NPU, in node
+/// order, as the container bytes the package stores.
+fn npu_programs(g: &slmcc_ir::Graph) -> Result<Vec<NpuProgram>, String> {
+    plan_graph(g, &slmcc_backends::npu::Target::rk3588())?
+        .into_iter()
+        .map(|k| {
+            let program = slmcc_backends::npu::container::write_program(&k.program)
+                .map_err(|e| e.to_string())?;
+            Ok(NpuProgram {
+                node: k.node as u32,
+                program,
+            })
+        })
+        .collect()
+}
+
 /// A C symbol prefix for a graph's kernels.
 fn symbol_prefix(graph: &str) -> String {
     let clean: String = graph
@@ -266,6 +283,9 @@ pub fn run(args: CompileArgs) -> CmdResult {
                         .collect(),
                 });
             }
+        }
+        if choice.npu {
+            entry.npu = npu_programs(g).map_err(|e| at(&e))?;
         }
         codegen_ms.push(ms(t));
         buckets.push(entry);

@@ -15,6 +15,7 @@ use slmcc_ir::Module;
 use slmcc_passes::transforms::partition::Device;
 use slmcc_runtime::estimate::{estimate_graph, BoardCpu, EstimateOptions, GraphEstimate};
 use slmcc_runtime::npu::plan_graph;
+use slmcc_runtime::package::Package;
 
 /// The bucket graphs of `m` with their sizes, smallest first.
 fn buckets(m: &Module) -> Vec<(usize, &slmcc_ir::Graph)> {
@@ -140,12 +141,24 @@ pub fn estimate_report(m: &Module, prompt: usize) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// The disassembly of every NPU program of every bucket.
-pub fn asm_report(m: &Module) -> anyhow::Result<String> {
+/// The disassembly of every NPU program of every bucket: those `pkg`
+/// stores when given (what runs on the board), else emitted now.
+pub fn asm_report(m: &Module, pkg: Option<&Package>) -> anyhow::Result<String> {
     let target = Target::rk3588();
     let mut out = String::new();
     for (size, g) in buckets(m) {
+        let stored = pkg.map(|p| p.npu_programs(&g.name)).transpose()?;
         for k in plan_graph(g, &target).map_err(|e| anyhow::anyhow!("graph @{}: {e}", g.name))? {
+            let program = match &stored {
+                Some(s) => s.get(&k.node).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "graph @{}: no NPU program stored for node {}",
+                        g.name,
+                        k.node
+                    )
+                })?,
+                None => &k.program,
+            };
             let p = k.plan.problem;
             let _ = writeln!(
                 out,
@@ -165,7 +178,7 @@ pub fn asm_report(m: &Module) -> anyhow::Result<String> {
                 k.layout.rows,
                 k.layout.out
             );
-            for (c, core) in k.program.cores.iter().enumerate() {
+            for (c, core) in program.cores.iter().enumerate() {
                 for (q, instrs) in [("dma", &core.dma), ("compute", &core.compute)] {
                     let _ = writeln!(out, "core{c}.{q}:");
                     let bytes = encode_stream(instrs)?;

@@ -20,12 +20,12 @@ use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npy;
 use slmcc_runtime::sample::{Sampler, Sampling};
 
-use super::load::{load_module, Backend};
+use super::load::{load_module, npu_sim_kernels, rk3588_package, Backend};
 use super::tokenize::Tokenizer;
 use crate::cli::GenerateArgs;
 use crate::exit::CmdResult;
 use slmcc::pipeline::quantized_kv_cache_pipeline;
-use slmcc_runtime::npu::NpuSimKernels;
+use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
     slmcc_backends::cpu::set_threads(args.threads.into());
@@ -112,22 +112,25 @@ fn load_decoder(args: &GenerateArgs, backend: Backend) -> anyhow::Result<Decoder
     match backend {
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
         Backend::Cpu | Backend::NpuSim => {
-            planned_decoder(&module, backend == Backend::NpuSim).map_err(|e| at(&e))
+            let pkg = rk3588_package(path)?;
+            let npu = (backend == Backend::NpuSim).then_some(pkg.as_ref());
+            planned_decoder(&module, npu).map_err(|e| at(&e))
         }
     }
 }
 
 /// The planned decoder over every bucket graph of `module`: cpu kernels,
-/// or with `npu` the NPU nodes on the simulator.
-fn planned_decoder(module: &Module, npu: bool) -> Result<Decoder, DecodeError> {
+/// or with `npu` the NPU nodes on the simulator (the programs of an rk3588
+/// package when given).
+fn planned_decoder(module: &Module, npu: Option<Option<&Package>>) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
     let options = CpuOptions::default();
     let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let fail =
             |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
-        Ok(if npu {
-            Box::new(NpuSimKernels::new(module, g, &target, &options).map_err(|e| fail(&e))?)
+        Ok(if let Some(pkg) = npu {
+            Box::new(npu_sim_kernels(module, g, pkg, &target, &options).map_err(|e| fail(&e))?)
         } else {
             Box::new(
                 JitKernels::compile(g, &options).map_err(|e| fail(&format!("cpu backend: {e}")))?,

@@ -11,7 +11,8 @@ use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::jit::run_graph_jit;
-use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord};
+use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord, NpuSimKernels};
+use slmcc_runtime::package::{Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
 /// Where a model runs.
@@ -118,6 +119,37 @@ pub fn execute(
             Ok(result)
         }
     }
+}
+
+/// The package at `path` when it is a `--target rk3588` package (whose
+/// stored NPU programs `npu-sim` runs), else `None`.
+pub fn rk3588_package(path: &Path) -> anyhow::Result<Option<Package>> {
+    if path.extension().is_none_or(|e| e != "slmpkg") {
+        return Ok(None);
+    }
+    let pkg = Package::open(path)?;
+    let rk3588 = pkg
+        .manifest
+        .versions
+        .as_ref()
+        .is_some_and(|v| v.target == TARGET_RK3588);
+    Ok(rk3588.then_some(pkg))
+}
+
+/// The NPU kernels of bucket graph `g` for `npu-sim`: the programs stored
+/// in `pkg` when given, else emitted now.
+pub fn npu_sim_kernels(
+    module: &Module,
+    g: &Graph,
+    pkg: Option<&Package>,
+    target: &Target,
+    options: &CpuOptions,
+) -> Result<NpuSimKernels, String> {
+    let stored = pkg
+        .map(|p| p.npu_programs(&g.name))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    NpuSimKernels::new(module, g, target, options, stored.as_ref())
 }
 
 /// Logs what the simulator counted (an estimate of the model, not a

@@ -49,7 +49,7 @@ pub fn run(args: ReportArgs) -> CmdResult {
             .versions
             .as_ref()
             .is_some_and(|v| v.target == TARGET_RK3588);
-        print_npu(&module, &args, rk3588)?;
+        print_npu(&module, &args, rk3588, Some(&pkg))?;
         if let Some(svg) = &args.plan_svg {
             super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
         }
@@ -83,11 +83,11 @@ pub fn run(args: ReportArgs) -> CmdResult {
     if let Some(svg) = &args.plan_svg {
         super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
     }
-    print_npu(&module, &args, rk3588)
+    print_npu(&module, &args, rk3588, None)
 }
 
 /// The rk3588 estimate and, with `--asm`, the NPU programs.
-fn print_npu(module: &Module, args: &ReportArgs, rk3588: bool) -> CmdResult {
+fn print_npu(module: &Module, args: &ReportArgs, rk3588: bool, pkg: Option<&Package>) -> CmdResult {
     if !rk3588 {
         if args.asm {
             return Err(anyhow!("--asm: only rk3588 models have NPU programs").into());
@@ -96,7 +96,7 @@ fn print_npu(module: &Module, args: &ReportArgs, rk3588: bool) -> CmdResult {
     }
     print!("{}", estimate_report(module, args.prompt_len)?);
     if args.asm {
-        print!("{}", asm_report(module)?);
+        print!("{}", asm_report(module, pkg)?);
     }
     Ok(())
 }
@@ -158,9 +158,16 @@ fn package_report(pkg: &Package) -> String {
             ),
             None => "no kernels (JIT-compiled from the IR at load)".to_string(),
         };
+        let npu = match b.npu.len() {
+            0 => String::new(),
+            n => format!(
+                ", {n} NPU programs ({} bytes)",
+                b.npu.iter().map(|p| p.program.len()).sum::<usize>()
+            ),
+        };
         let _ = writeln!(
             out,
-            "  bucket     @{} ({} = {}): IR {} bytes, {kernels}",
+            "  bucket     @{} ({} = {}): IR {} bytes, {kernels}{npu}",
             b.graph,
             b.symbol,
             b.size,

@@ -13,12 +13,12 @@ use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::exec::{ExecError, KernelSet};
 use slmcc_runtime::jit::JitKernels;
-use slmcc_runtime::npu::NpuSimKernels;
 use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    entry_graph, execute, load_module, log_npu_records, prepare_quantized, read_tensor, Backend,
+    entry_graph, execute, load_module, log_npu_records, npu_sim_kernels, prepare_quantized,
+    read_tensor, rk3588_package, Backend,
 };
 use crate::cli::RunArgs;
 use crate::exit::CmdResult;
@@ -186,6 +186,7 @@ fn run_bucketed(
             let options = CpuOptions::default();
             let target = Target::rk3588();
             let records = RefCell::new(None);
+            let pkg = rk3588_package(path)?;
             let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, ExecError> {
                 let fail = |message: String| ExecError {
                     graph: g.name.clone(),
@@ -194,7 +195,8 @@ fn run_bucketed(
                 };
                 Ok(match backend {
                     Backend::NpuSim => {
-                        let k = NpuSimKernels::new(module, g, &target, &options).map_err(fail)?;
+                        let k = npu_sim_kernels(module, g, pkg.as_ref(), &target, &options)
+                            .map_err(fail)?;
                         *records.borrow_mut() = Some(k.records());
                         Box::new(k)
                     }

@@ -100,6 +100,21 @@ pub struct BucketEntry {
     /// Ahead-of-time kernels for the board, if compiled (`--cpu aarch64`).
     #[prost(message, optional, tag = "5")]
     pub kernels: Option<KernelObject>,
+    /// `--target rk3588`: the NPU program of every node the partition
+    /// places on the NPU, in node order.
+    #[prost(message, repeated, tag = "6")]
+    pub npu: Vec<NpuProgram>,
+}
+
+/// The NPU program of one node (the container of
+/// `slmcc_backends::npu::container`; `docs/NPU_ISA.md`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NpuProgram {
+    /// The node's index in the graph's schedule.
+    #[prost(uint32, tag = "1")]
+    pub node: u32,
+    #[prost(bytes = "vec", tag = "2")]
+    pub program: Vec<u8>,
 }
 
 /// A relocatable object file with one kernel per node of a bucket graph.

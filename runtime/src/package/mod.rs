@@ -48,7 +48,9 @@ use sha2::{Digest, Sha256};
 use slmcc_ir::text::{parse_module, print_module};
 use slmcc_ir::{Module, WeightStore};
 
-pub use manifest::{BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet};
+pub use manifest::{
+    BucketEntry, KernelObject, KernelSymbol, Manifest, NpuProgram, TargetOptions, VersionSet,
+};
 
 /// The first bytes of every package.
 pub const MAGIC: [u8; 7] = *b"SLMPKG\0";
@@ -194,6 +196,7 @@ pub fn bucket_entry(module: &Module, graph: &str) -> Result<BucketEntry, String>
         size,
         ir: print_module(&one),
         kernels: None,
+        npu: Vec::new(),
     })
 }
 
@@ -363,6 +366,35 @@ impl Package {
     pub fn digests(&self) -> ([u8; 32], [u8; 32]) {
         let d = |at: usize| self.map[at..at + 32].try_into().expect("32 bytes");
         (d(48), d(80))
+    }
+
+    /// The NPU programs of bucket graph `graph` by node, decoded (a
+    /// `--target rk3588` package; empty otherwise).
+    pub fn npu_programs(
+        &self,
+        graph: &str,
+    ) -> Result<std::collections::HashMap<usize, slmcc_backends::npu::Program>, PackageError> {
+        let Some(b) = self.manifest.buckets.iter().find(|b| b.graph == graph) else {
+            return Err(PackageError {
+                path: self.path.clone(),
+                part: Part::Manifest,
+                message: format!("no bucket graph @{graph}"),
+            });
+        };
+        b.npu
+            .iter()
+            .map(|p| {
+                let program =
+                    slmcc_backends::npu::container::read_program(&p.program).map_err(|e| {
+                        PackageError {
+                            path: self.path.clone(),
+                            part: Part::Manifest,
+                            message: format!("graph @{graph}, NPU program of node {}: {e}", p.node),
+                        }
+                    })?;
+                Ok((p.node as usize, program))
+            })
+            .collect()
     }
 
     /// The module the package holds: every bucket graph with its bucket
