@@ -83,6 +83,31 @@ fn every_decoder_compiles_runs_on_npu_sim_like_cpu_and_reports() {
 }
 
 #[test]
+fn the_same_model_compiles_to_the_same_bytes() {
+    let dir = tmpdir("same");
+    let (a, b) = (dir.join("a.slmpkg"), dir.join("b.slmpkg"));
+    for p in [&a, &b] {
+        ok(&[
+            "compile",
+            "testdata/models/phi3.onnx",
+            "--target",
+            "rk3588",
+            "--quant",
+            "w4a8",
+            "--buckets",
+            "1,8",
+            "--kv-cache",
+            "-o",
+            p.to_str().unwrap(),
+        ]);
+    }
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+    let report = ok(&["report", a.to_str().unwrap(), "--prompt-len", "8"]);
+    assert!(report.contains("tokens/s (estimate"), "{report}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn report_disassembles_the_npu_programs_and_estimates_decode() {
     let out = ok(&[
         "report",
