@@ -118,9 +118,10 @@ pub struct CompileArgs {
     pub report: Option<PathBuf>,
     /// The CPU the kernels are for: `host` (the runtime JIT-compiles them
     /// from the IR at load; the package carries none) or `aarch64` (the
-    /// package also carries an aarch64 ELF object per bucket for the board).
-    #[arg(long, value_name = "host|aarch64", default_value = "host")]
-    pub cpu: String,
+    /// package also carries an aarch64 ELF object per bucket for the board)
+    /// [default: aarch64 for --target rk3588, host otherwise].
+    #[arg(long, value_name = "host|aarch64")]
+    pub cpu: Option<String>,
     /// Give the model a static KV cache for `slmcc generate`: the kv-cache
     /// pass runs after fusion, and bucket 1 (the decode graph) joins the
     /// prefill buckets.

@@ -100,6 +100,8 @@ enum Cpu {
 
 /// What `--target`, `--quant` and `--cpu` ask for.
 struct Choice {
+    /// `--cpu`, or its default for the target.
+    cpu_name: &'static str,
     /// `--target rk3588`: the NPU takes what the partition places on it.
     npu: bool,
     quant: Quant,
@@ -113,15 +115,24 @@ fn check_target(args: &CompileArgs) -> anyhow::Result<Choice> {
         t => bail!("unknown target `{t}` (valid: cpu, rk3588)"),
     };
     let quant = args.quant.get(if npu { "w8a8" } else { "none" })?;
-    let cpu = match args.cpu.as_str() {
-        "host" => Cpu::Host,
-        "aarch64" => Cpu::Aarch64,
+    let (cpu_name, cpu) = match args
+        .cpu
+        .as_deref()
+        .unwrap_or(if npu { "aarch64" } else { "host" })
+    {
+        "host" => ("host", Cpu::Host),
+        "aarch64" => ("aarch64", Cpu::Aarch64),
         c => bail!("unknown --cpu `{c}` (valid: host, aarch64)"),
     };
     if args.passes.is_some() && quant != Quant::None {
         bail!("--quant with --passes: put the quantize{{...}} entry in the pipeline instead");
     }
-    Ok(Choice { npu, quant, cpu })
+    Ok(Choice {
+        cpu_name,
+        npu,
+        quant,
+        cpu,
+    })
 }
 
 /// The options of `bucket-specialize` the command line asks for, and
@@ -260,7 +271,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
             anyhow!(
                 "{}: cannot compile for --target cpu --cpu {}: {e}",
                 model.display(),
-                args.cpu
+                choice.cpu_name
             )
         };
         match cpu {
@@ -308,7 +319,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
             runtime_abi: RUNTIME_ABI,
         }),
         options: Some(TargetOptions {
-            cpu: args.cpu.clone(),
+            cpu: choice.cpu_name.to_string(),
             quant: choice.quant.name().to_string(),
             pipeline: pipeline.clone(),
             buckets: graphs.iter().map(|&(_, s)| s).collect(),
@@ -330,7 +341,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         "wrote {}: target {} (cpu {}, quant {}), buckets {}; {} bytes (manifest {}, weights {})",
         out.display(),
         args.target,
-        args.cpu,
+        choice.cpu_name,
         choice.quant.name(),
         sizes.join(", "),
         file_bytes,
