@@ -1,5 +1,5 @@
-//! `--target rk3588` end to end: every decoder compiles quantized (w8a8
-//! and w4a8) into a package, the package runs on the NPU simulator with the
+//! `--target rk3588` end to end: every decoder (both exporters' forms)
+//! compiles quantized (w8a8 and w4a8) into a package, the package runs on the NPU simulator with the
 //! same logits as on the cpu kernels, generates the same tokens, and
 //! `slmcc report` gives the estimate and the NPU programs' disassembly.
 
@@ -25,7 +25,10 @@ fn ok(args: &[&str]) -> String {
 #[test]
 fn every_decoder_compiles_runs_on_npu_sim_like_cpu_and_reports() {
     let dir = tmpdir("models");
-    for model in ["llama", "qwen2", "phi3", "gpt2"] {
+    let models = [
+        "llama", "qwen2", "phi3", "gpt2", "llama_ts", "qwen2_ts", "phi3_ts", "gpt2_ts",
+    ];
+    for model in models {
         for quant in ["w8a8", "w4a8"] {
             let pkg = dir.join(format!("{model}-{quant}.slmpkg"));
             let pkg = pkg.to_str().unwrap();
