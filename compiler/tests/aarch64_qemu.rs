@@ -550,6 +550,15 @@ fn cases() -> Vec<Case> {
             "f32[5, 36], f32[5, 7]",
             "    %y = qmatmul %x, %q, %s {bits = 4, group = 48} : f32[5, 36]\n    %z = qmatmul %x, %q7, %s7 {bits = 4, group = 16} : f32[5, 7]\n    return %y, %z",
         ),
+        // The quantized gated MLP: two `i8` weights with vector strips and
+        // a tail, and a fused `i4` gate/up weight with an odd `N` (the up
+        // half's rows off byte boundaries).
+        case(
+            "qswiglu i8 2x3x64 -> 20 g32, i4 fused 64x2x7 g16",
+            "%x: f32[2, 3, 64], %gq: i8[64, 20], %gs: f32[2, 20], %uq: i8[64, 20], %us: f32[2, 20], %q: i4[64, 14], %s: f32[4, 14]",
+            "f32[2, 3, 20], f32[2, 3, 7]",
+            "    %y = qswiglu %x, %gq, %gs, %uq, %us {bits = 8, group = 32} : f32[2, 3, 20]\n    %z = qswiglu %x, %q, %s {bits = 4, group = 16} : f32[2, 3, 7]\n    return %y, %z",
+        ),
         // Every math helper of `backends/src/cpu/math.rs`.
         case(
             "math helpers",

@@ -41,6 +41,7 @@ pub mod kv_cache;
 pub mod layer_norm;
 pub mod matmul;
 pub mod qmatmul;
+pub mod qswiglu;
 pub mod range;
 pub mod reduce;
 pub mod reshape;
@@ -238,6 +239,7 @@ define_ops! {
     Identity(identity::Identity),
     MatMul(matmul::MatMul),
     QMatMul(qmatmul::QMatMul),
+    QSwiGlu(qswiglu::QSwiGlu),
     Reshape(reshape::Reshape),
     ShapeOf(shape_of::ShapeOf),
     Concat(concat::Concat),

@@ -97,37 +97,9 @@ impl OpDef for QMatMul {
 
     fn infer(&self, inputs: &[&Fact]) -> Result<Vec<Fact>, OpError> {
         check_arity("qmatmul", inputs.len(), 3, 3)?;
-        let (x, q, scale) = (&inputs[0].ty, &inputs[1].ty, &inputs[2].ty);
-        if x.dtype != DType::F32 || x.rank() < 2 {
-            bail!("`qmatmul` activations must be f32 of rank >= 2, got {x}");
-        }
-        let wdt = self.weight_dtype();
-        if q.dtype != wdt || q.rank() != 2 {
-            bail!(
-                "`qmatmul` with bits = {} needs {wdt}[K, N] weights, got {q}",
-                self.bits
-            );
-        }
-        let (k, n) = (&q.shape.dims()[0], &q.shape.dims()[1]);
-        let Some(kv) = k.as_fixed() else {
-            bail!("`qmatmul` weights need a static K, got {q}");
-        };
-        if x.shape.dims().last() != Some(k) {
-            bail!("`qmatmul` contraction dims differ: x {x} vs weights {q}");
-        }
-        if kv % self.group != 0 {
-            bail!(
-                "`qmatmul` K = {kv} is not a multiple of group = {}",
-                self.group
-            );
-        }
-        let groups = Dim::fixed(kv / self.group);
-        if scale.dtype != DType::F32 || scale.shape.dims() != [groups.clone(), n.clone()] {
-            bail!("`qmatmul` scales must be f32[{groups}, {n}] (K / group, N), got {scale}");
-        }
-        let mut out = x.shape.dims().to_vec();
-        *out.last_mut().expect("rank >= 2") = n.clone();
-        Ok(vec![Fact::new(TensorType::new(DType::F32, Shape(out)))])
+        let x = &inputs[0].ty;
+        let n = self.check_operands("qmatmul", x, &inputs[1].ty, &inputs[2].ty)?;
+        Ok(vec![Fact::new(result_type(x, n))])
     }
 
     fn eval(&self, inputs: &[&Tensor], _: &EvalCtx) -> Result<Vec<Tensor>, OpError> {
@@ -136,14 +108,95 @@ impl OpDef for QMatMul {
             bail!("`qmatmul` result shape {} is not static", out_ty.shape);
         };
         let (x, q, scale) = (inputs[0], inputs[1], inputs[2]);
-        let (k, n) = (q.shape()[0], q.shape()[1]);
+        let n = q.shape()[1];
+        let (qs, ss) = (weight_values(q), scale.to_f32_vec());
+        let w = QColumns {
+            q: &qs,
+            scale: &ss,
+            stride: n,
+            col0: 0,
+            n,
+        };
+        let y = self.product(x, &[w]).remove(0);
+        Ok(vec![Tensor::from_f32(out_shape, y)])
+    }
+}
+
+/// The result type `f32[..., M, N]` of activations `x: f32[..., M, K]`.
+pub fn result_type(x: &TensorType, n: Dim) -> TensorType {
+    let mut out = x.shape.dims().to_vec();
+    *out.last_mut().expect("rank >= 2") = n;
+    TensorType::new(DType::F32, Shape(out))
+}
+
+/// A quantized weight's values (`q` as `i32`) in row-major order.
+pub fn weight_values(q: &Tensor) -> Vec<i32> {
+    q.to_i64_vec().into_iter().map(|v| v as i32).collect()
+}
+
+/// Columns `col0 .. col0 + n` of a quantized weight `q: [K, stride]` (as
+/// `i32`, row-major) and its scales `[K / G, stride]`.
+#[derive(Clone, Copy, Debug)]
+pub struct QColumns<'a> {
+    pub q: &'a [i32],
+    pub scale: &'a [f32],
+    pub stride: usize,
+    pub col0: usize,
+    pub n: usize,
+}
+
+impl QMatMul {
+    /// Checks the operands `x`, `q`, `scale` of `op` (the mnemonic errors
+    /// name) as `qmatmul` takes them; returns `N`.
+    pub fn check_operands(
+        &self,
+        op: &str,
+        x: &TensorType,
+        q: &TensorType,
+        scale: &TensorType,
+    ) -> Result<Dim, OpError> {
+        if x.dtype != DType::F32 || x.rank() < 2 {
+            bail!("`{op}` activations must be f32 of rank >= 2, got {x}");
+        }
+        let wdt = self.weight_dtype();
+        if q.dtype != wdt || q.rank() != 2 {
+            bail!(
+                "`{op}` with bits = {} needs {wdt}[K, N] weights, got {q}",
+                self.bits
+            );
+        }
+        let (k, n) = (&q.shape.dims()[0], &q.shape.dims()[1]);
+        let Some(kv) = k.as_fixed() else {
+            bail!("`{op}` weights need a static K, got {q}");
+        };
+        if x.shape.dims().last() != Some(k) {
+            bail!("`{op}` contraction dims differ: x {x} vs weights {q}");
+        }
+        if kv % self.group != 0 {
+            bail!(
+                "`{op}` K = {kv} is not a multiple of group = {}",
+                self.group
+            );
+        }
+        let groups = Dim::fixed(kv / self.group);
+        if scale.dtype != DType::F32 || scale.shape.dims() != [groups.clone(), n.clone()] {
+            bail!("`{op}` scales must be f32[{groups}, {n}] (K / group, N), got {scale}");
+        }
+        Ok(n.clone())
+    }
+
+    /// Steps 1–6 of the op for every row of `x` (`[..., K]`, checked
+    /// against the weights) by each of `ws`: one row-major `[rows, w.n]`
+    /// result per weight. A row's quantization (steps 1–4) is computed once
+    /// and used for every weight, which is what each weight's own `qmatmul`
+    /// computes from it.
+    pub fn product(&self, x: &Tensor, ws: &[QColumns]) -> Vec<Vec<f32>> {
+        let k = x.shape().last().copied().unwrap_or(0);
+        let rows: usize = x.shape()[..x.rank().saturating_sub(1)].iter().product();
         let g = self.group as usize;
         let xs = x.to_f32_vec();
-        let qs: Vec<i32> = q.to_i64_vec().into_iter().map(|v| v as i32).collect();
-        let ss = scale.to_f32_vec();
-        let rows = xs.len().checked_div(k).unwrap_or(0);
-        let mut y = vec![0f32; rows * n];
-        let mut acc = vec![0i32; n];
+        let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; rows * w.n]).collect();
+        let mut acc = Vec::new();
         let mut xq = vec![0i32; k];
         for m in 0..rows {
             let row = &xs[m * k..(m + 1) * k];
@@ -152,21 +205,25 @@ impl OpDef for QMatMul {
             for (d, &v) in xq.iter_mut().zip(row) {
                 *d = quantize_activation(v, s, z) - zi;
             }
-            let out = &mut y[m * n..(m + 1) * n];
-            for gi in 0..k / g {
-                acc.fill(0);
-                for kk in gi * g..(gi + 1) * g {
-                    let a = xq[kk];
-                    for (c, &w) in acc.iter_mut().zip(&qs[kk * n..(kk + 1) * n]) {
-                        *c += a * w;
+            for (w, y) in ws.iter().zip(&mut ys) {
+                let out = &mut y[m * w.n..(m + 1) * w.n];
+                acc.resize(w.n, 0i32);
+                for gi in 0..k / g {
+                    acc.fill(0);
+                    for (kk, &a) in xq.iter().enumerate().skip(gi * g).take(g) {
+                        let at = kk * w.stride + w.col0;
+                        for (c, &q) in acc.iter_mut().zip(&w.q[at..at + w.n]) {
+                            *c += a * q;
+                        }
                     }
-                }
-                for (c, (o, &a)) in out.iter_mut().zip(&acc).enumerate() {
-                    *o += a as f32 * (s * ss[gi * n + c]);
+                    let srow = &w.scale[gi * w.stride + w.col0..][..w.n];
+                    for (o, (&a, &sc)) in out.iter_mut().zip(acc.iter().zip(srow)) {
+                        *o += a as f32 * (s * sc);
+                    }
                 }
             }
         }
-        Ok(vec![Tensor::from_f32(out_shape, y)])
+        ys
     }
 }
 

@@ -75,7 +75,7 @@ impl CpuCost {
         match op {
             Op::Constant(_) | Op::ShapeOf(_) | Op::Size(_) => 0.0,
             Op::MatMul(_) | Op::QMatMul(_) => 2.0 * out * last_dim(inputs[0]),
-            Op::Glu(_) => 4.0 * out * last_dim(inputs[0]) + 8.0 * out,
+            Op::Glu(_) | Op::QSwiGlu(_) => 4.0 * out * last_dim(inputs[0]) + 8.0 * out,
             Op::Attention(_) => {
                 // q [b, h, s, d] against k [b, kv, t, d]: scores, softmax, @ v.
                 let (d, dv) = (last_dim(inputs[0]), last_dim(&outputs[0]));

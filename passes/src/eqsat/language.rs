@@ -70,6 +70,7 @@ define_language! {
         "identity" = Identity(Box<[Id]>),
         "matmul" = MatMul(Box<[Id]>),
         "qmatmul" = QMatMul(Box<[Id]>),
+        "qswiglu" = QSwiGlu(Box<[Id]>),
         "reshape" = Reshape(Box<[Id]>),
         "shape" = ShapeOf(Box<[Id]>),
         "concat" = Concat(Box<[Id]>),
@@ -201,7 +202,7 @@ fn schema(mnemonic: &str) -> Schema {
             ("softcap", Float(0.0)),
         ],
         "rope" => &[("rotary_dim", Required), ("interleaved", Bool(false))],
-        "qmatmul" => &[("bits", Required), ("group", Required)],
+        "qmatmul" | "qswiglu" => &[("bits", Required), ("group", Required)],
         "constant" | "constant_of_shape" => &[("value", Required)],
         _ => &[],
     }

@@ -1,6 +1,7 @@
 //! `quantize`: weight-only quantization of the linear layers to `qmatmul`
-//! (INT8 per output channel, or INT4 per group), activations quantized per
-//! token at run time by the op itself.
+//! (and of the `swiglu` gated MLPs to `qswiglu`; INT8 per output channel,
+//! or INT4 per group), activations quantized per token at run time by the
+//! op itself.
 
 pub mod glu;
 pub mod rtn;
@@ -15,7 +16,8 @@ use self::glu::QWeight;
 use self::rtn::{Rtn, Scheme, WeightQuantizer};
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
-use slmcc_ir::ops::glu::Glu;
+use slmcc_ir::ops::glu::{Glu, GluKind};
+use slmcc_ir::ops::qswiglu::QSwiGlu;
 
 /// Options of `quantize`.
 pub const OPTIONS: &[OptionSpec] = &[
@@ -34,8 +36,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "glus",
         kind: OptionKind::Str,
-        default: "split",
-        help: "fused gated MLPs (swiglu/geglu): split (into qmatmuls and the gate arithmetic) or keep (in f32)",
+        default: "fuse",
+        help: "fused gated MLPs (swiglu/geglu): fuse (swiglu into one qswiglu; geglu split), split (into qmatmuls and the gate arithmetic) or keep (in f32)",
     },
     OptionSpec {
         name: "keep",
@@ -60,9 +62,13 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// `K = 64` at `group=128` is per output channel). Narrowed weights are
 /// counted (`groups-narrowed`).
 ///
-/// Fused gated MLPs (`swiglu`/`geglu` by module weights) are taken apart
-/// into `qmatmul`s and the gate arithmetic with `glus=split` (the default,
-/// [`glu`]); `glus=keep` leaves them in `f32`.
+/// Fused gated MLPs (`swiglu`/`geglu` by module weights): with `glus=fuse`
+/// (the default) a `swiglu` becomes one `qswiglu` by the quantized weights
+/// (two weights, or the fused gate/up weight, as the `swiglu` had; see the
+/// `qswiglu` op), and a `geglu` is split as with `glus=split` (there is no
+/// quantized `geglu`); `glus=split` takes both apart into `qmatmul`s and
+/// the gate arithmetic ([`glu`]), which computes what `qswiglu` computes
+/// bit for bit; `glus=keep` leaves them in `f32`.
 ///
 /// Kept in `f32`: with `keep=lm-head` (the default) every matmul whose result
 /// is a graph output (the LM head); the embedding (`gather`), norms and
@@ -75,7 +81,8 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// Fails, naming the graph and
 /// node, otherwise. Guarantees: a module that verifies; graph signatures
 /// unchanged. Statistics: `matmuls-quantized`, `matmuls-kept` (weight
-/// matmuls left in `f32`), `glus-kept`, `weight-bytes-before`,
+/// matmuls left in `f32`), `glus-fused` (`swiglu`s made `qswiglu`),
+/// `glus-split`, `glus-kept`, `weight-bytes-before`,
 /// `weight-bytes-after` (all module weights).
 pub struct Quantize {
     weights: String,
@@ -89,8 +96,19 @@ struct Config {
     bits: u8,
     /// 0: per output channel (the whole of `K`).
     group: usize,
-    split_glus: bool,
+    glus: Glus,
     keep_lm_head: bool,
+}
+
+/// What `quantize` does with a fused gated MLP.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Glus {
+    /// `swiglu` into `qswiglu`; `geglu` split.
+    Fuse,
+    /// Into `qmatmul`s and the gate arithmetic.
+    Split,
+    /// Left in `f32`.
+    Keep,
 }
 
 /// A weight already quantized: the new weights' names and the op.
@@ -141,20 +159,21 @@ impl Quantize {
                 ))
             }
         };
-        let split_glus = match self.glus.as_str() {
-            "split" => true,
-            "keep" => false,
+        let glus = match self.glus.as_str() {
+            "fuse" => Glus::Fuse,
+            "split" => Glus::Split,
+            "keep" => Glus::Keep,
             k => {
                 return Err(failed(
                     "quantize",
-                    format!("glus `{k}` is not supported (valid: split, keep)"),
+                    format!("glus `{k}` is not supported (valid: fuse, split, keep)"),
                 ))
             }
         };
         Ok(Config {
             bits,
             group: if bits == 8 { 0 } else { self.group as usize },
-            split_glus,
+            glus,
             keep_lm_head,
         })
     }
@@ -175,18 +194,29 @@ impl Pass for Quantize {
             let mut split: HashMap<usize, (Glu, Vec<QWeight>)> = HashMap::new();
             for i in 0..g.nodes.len() {
                 if let Op::Glu(glu) = g.nodes[i].op {
-                    match glu_weights(g, i).filter(|_| cfg.split_glus) {
-                        Some(ws) => {
-                            let mut qs = Vec::new();
-                            for w in ws {
-                                let d = quantized(&mut done, &mut module.weights, &w, &cfg)
-                                    .map_err(|e| at(g, i, &e))?;
-                                qs.push(d.values(g));
-                            }
-                            split.insert(i, (glu, qs));
-                            count.glus_split += 1;
-                        }
-                        None => count.glus_kept += 1,
+                    let Some(ws) = glu_weights(g, i).filter(|_| cfg.glus != Glus::Keep) else {
+                        count.glus_kept += 1;
+                        continue;
+                    };
+                    let mut qs = Vec::new();
+                    for w in ws {
+                        let d = quantized(&mut done, &mut module.weights, &w, &cfg)
+                            .map_err(|e| at(g, i, &e))?;
+                        qs.push(d.values(g));
+                    }
+                    let same_op = qs.iter().all(|w| w.op == qs[0].op);
+                    if cfg.glus == Glus::Fuse && glu.kind == GluKind::SwiGlu && same_op {
+                        let node = &mut g.nodes[i];
+                        node.op = Op::QSwiGlu(QSwiGlu::from(qs[0].op));
+                        let x = node.inputs[0];
+                        node.inputs = std::iter::once(x)
+                            .chain(qs.iter().flat_map(|w| [w.q, w.scale]))
+                            .collect();
+                        count.glus_fused += 1;
+                        changed = true;
+                    } else {
+                        split.insert(i, (glu, qs));
+                        count.glus_split += 1;
                     }
                     continue;
                 }
@@ -228,12 +258,13 @@ impl Pass for Quantize {
                 module.weights.remove(w);
             }
         }
-        let changed = count.quantized + count.glus_split > 0;
+        let changed = count.quantized + count.glus_split + count.glus_fused > 0;
         if changed {
             module.plans.clear();
         }
         stats.add("matmuls-quantized", count.quantized);
         stats.add("matmuls-kept", count.kept);
+        stats.add("glus-fused", count.glus_fused);
         stats.add("glus-split", count.glus_split);
         stats.add("glus-kept", count.glus_kept);
         stats.add("groups-narrowed", count_narrowed(&done, &cfg));
@@ -246,6 +277,7 @@ impl Pass for Quantize {
 struct Counts {
     quantized: u64,
     kept: u64,
+    glus_fused: u64,
     glus_split: u64,
     glus_kept: u64,
 }
@@ -507,14 +539,14 @@ mod tests {
         let mut pass = Quantize {
             weights: "int8".to_string(),
             group: 128,
-            glus: "fuse".to_string(),
+            glus: "merge".to_string(),
             keep: "lm-head".to_string(),
         };
         let msg = pass
             .run(&mut module(), &mut Statistics::default())
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("valid: split, keep"), "{msg}");
+        assert!(msg.contains("valid: fuse, split, keep"), "{msg}");
         let mut m = parse_module(SRC).unwrap();
         let mut pass = Quantize {
             weights: "int8".to_string(),
@@ -610,5 +642,95 @@ mod tests {
                 assert!((p - q).abs() < 0.05, "{p} vs {q}");
             }
         }
+    }
+
+    const FUSE_SRC: &str = "module @m {
+  weight @wg : f32[8, 3]
+  weight @wu : f32[8, 3]
+  weight @wgu : f32[8, 6]
+
+  graph @main(%x: f32[1, 3, 8]) -> (f32[1, 3, 3], f32[1, 3, 3], f32[1, 3, 3]) {
+    %m = swiglu %x, @wg, @wu : f32[1, 3, 3]
+    %n = swiglu %x, @wgu : f32[1, 3, 3]
+    %e = geglu %x, @wg, @wu : f32[1, 3, 3]
+    return %m, %n, %e
+  }
+}
+";
+
+    fn quantized_glus(weights: &str, glus: &str) -> (Module, Statistics) {
+        let mut m = parse_module(FUSE_SRC).unwrap();
+        let data = |n: usize, k: f32| (0..n).map(|i| ((i as f32) * k).sin()).collect();
+        m.weights
+            .insert("wg", Tensor::from_f32(vec![8, 3], data(24, 0.7)));
+        m.weights
+            .insert("wu", Tensor::from_f32(vec![8, 3], data(24, 1.3)));
+        m.weights
+            .insert("wgu", Tensor::from_f32(vec![8, 6], data(48, 0.9)));
+        let mut stats = Statistics::default();
+        let mut pass = Quantize {
+            weights: weights.to_string(),
+            group: 4,
+            glus: glus.to_string(),
+            keep: "none".to_string(),
+        };
+        pass.run(&mut m, &mut stats).unwrap();
+        verify_module(&m).unwrap();
+        (m, stats)
+    }
+
+    #[test]
+    fn swiglus_fuse_into_qswiglu_bit_for_bit_with_the_split_form() {
+        let data = |n: usize, k: f32| -> Vec<f32> {
+            (0..n).map(|i| ((i as f32) * k).cos() * 2.0).collect()
+        };
+        let mut x = data(24, 2.1);
+        x[8..16].fill(0.0); // a row of zeros: the quantization's special case
+        let x = Tensor::from_f32(vec![1, 3, 8], x);
+        for weights in ["int8", "int4"] {
+            let (fused, stats) = quantized_glus(weights, "fuse");
+            let text = print_module(&fused);
+            assert_eq!(stats.get("glus-fused"), 2, "{text}");
+            assert_eq!(stats.get("glus-split"), 1, "{text}");
+            let bits = if weights == "int8" {
+                "bits = 8, group = 8"
+            } else {
+                "bits = 4, group = 4"
+            };
+            assert!(
+                text.contains(&format!(
+                    "%m = qswiglu %x, @wg.q, @wg.scale, @wu.q, @wu.scale {{{bits}}} : f32[1, 3, 3]"
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!(
+                    "%n = qswiglu %x, @wgu.q, @wgu.scale {{{bits}}} : f32[1, 3, 3]"
+                )),
+                "{text}"
+            );
+            // geglu has no quantized fused form: split.
+            assert!(
+                !text.contains("= swiglu") && !text.contains("geglu"),
+                "{text}"
+            );
+            assert!(text.contains("= gelu %"), "{text}");
+            assert!(fused.weights.get("wgu").is_none());
+            let (split, stats) = quantized_glus(weights, "split");
+            assert_eq!(stats.get("glus-fused"), 0);
+            assert_eq!(stats.get("glus-split"), 3);
+            let a = run_main(&fused, &[("x", x.clone())]);
+            let b = run_main(&split, &[("x", x.clone())]);
+            for (p, q) in a.iter().zip(&b) {
+                let bits = |t: &Tensor| -> Vec<u32> {
+                    t.as_f32().unwrap().iter().map(|v| v.to_bits()).collect()
+                };
+                assert_eq!(bits(p), bits(q), "{weights}");
+            }
+        }
+        let (kept, stats) = quantized_glus("int8", "keep");
+        assert_eq!(stats.get("glus-kept"), 3);
+        assert_eq!(stats.get("glus-fused"), 0);
+        assert!(print_module(&kept).contains("%n = swiglu %x, @wgu"));
     }
 }

@@ -6,7 +6,8 @@
 //! constants (`slice` bounds, `reshape` targets). It checks what it supports
 //! before emitting anything and answers [`CpuError::Unsupported`] otherwise.
 //! Every op of the IR has a lowering; what remains unsupported are forms
-//! of them: 4-bit dtypes (except the packed `i4` weights `qmatmul` reads),
+//! of them: 4-bit dtypes (except the packed `i4` weights `qmatmul` and `qswiglu`
+//! read),
 //! and dtypes other than `f32` in the reductions, `matmul` and the fused
 //! ops (see `docs/ARCHITECTURE.md`).
 
@@ -19,6 +20,7 @@ pub mod kv_cache;
 mod matmul;
 mod movement;
 mod qmatmul;
+mod qswiglu;
 mod reduce;
 mod rope;
 
@@ -69,6 +71,7 @@ pub fn lower_node(kb: &mut KernelBuilder, op: &Op, sig: &NodeSig) -> Result<(), 
         Op::Gelu(g) => elementwise::gelu(kb, g.approximate, sig),
         Op::MatMul(_) => matmul::matmul(kb, sig),
         Op::QMatMul(q) => qmatmul::qmatmul(kb, q, sig),
+        Op::QSwiGlu(q) => qswiglu::qswiglu(kb, q, sig),
         Op::Glu(g) => matmul::glu(kb, g, sig),
         Op::Softmax(s) => reduce::softmax(kb, s.axis, sig),
         Op::Reduce(r) => reduce::reduce(kb, r, sig),

@@ -30,14 +30,20 @@
 //!
 //! Integer sums are exact, so their order is free; the float operations
 //! are the reference's, in its order, which makes the result bit-exact.
+//!
+//! Steps 3 and 4 are [`products`], shared with `qswiglu`
+//! ([`super::qswiglu`]): it takes several weights (each a column range of
+//! a `[K, stride]` buffer, [`QCols`]), computes each one's sums for a strip
+//! (or a column) from the one quantized row, and hands them to an
+//! epilogue that makes the stored value (`qmatmul`: the sum itself).
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
 use slmcc_ir::ops::qmatmul::QMatMul;
 use slmcc_ir::DType;
 
-use super::{unsupported, NodeSig};
-use crate::cpu::emit::KernelBuilder;
+use super::{unsupported, NodeSig, Operand};
+use crate::cpu::emit::{KernelBuilder, Width};
 use crate::cpu::CpuError;
 
 /// Most stack bytes of the quantized row (`4·K`): `K <= 16384`.
@@ -50,28 +56,43 @@ fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// The static facts of one `qmatmul` node.
-struct Dims {
-    rows: usize,
-    k: usize,
-    n: usize,
-    group: usize,
-    int4: bool,
+/// The static facts of one `qmatmul`-like node (`qmatmul`, `qswiglu`).
+pub(super) struct Dims {
+    pub rows: usize,
+    pub k: usize,
+    /// Output columns (of each product).
+    pub n: usize,
+    pub group: usize,
+    pub int4: bool,
 }
 
-fn check(op: &QMatMul, sig: &NodeSig) -> Result<Dims, CpuError> {
-    let name = "qmatmul";
-    if sig.inputs.len() != 3 || sig.outputs.len() != 1 {
-        return Err(unsupported(name, "with other than 3 operands and 1 result"));
-    }
-    let (x, q, scale, y) = (
-        &sig.inputs[0],
-        &sig.inputs[1],
-        &sig.inputs[2],
-        &sig.outputs[0],
-    );
+/// Columns `col0 .. col0 + n` of a quantized weight: the buffers of `q`
+/// (`[K, stride]`) and `scale` (`[K / G, stride]`).
+#[derive(Clone, Copy)]
+pub(super) struct QCols {
+    pub q: Value,
+    pub scale: Value,
+    pub stride: usize,
+    pub col0: usize,
+}
+
+/// The epilogue of [`products`]: the products of one output element (or
+/// vector), one per weight, to the result.
+pub(super) type Combine<'f> =
+    dyn FnMut(&mut KernelBuilder, &[Value], Width) -> Result<Value, CpuError> + 'f;
+
+/// Checks activations `x`, weight `q` and scales `scale` of `name` as
+/// `qmatmul` takes them (f32, the dtype of `op.bits`, `K` a multiple of the
+/// group); returns `(rows, K, columns of q)`.
+pub(super) fn check_operands(
+    name: &str,
+    op: &QMatMul,
+    x: &Operand,
+    q: &Operand,
+    scale: &Operand,
+) -> Result<(usize, usize, usize), CpuError> {
     let wdt = op.weight_dtype();
-    if x.dtype != DType::F32 || scale.dtype != DType::F32 || y.dtype != DType::F32 {
+    if x.dtype != DType::F32 || scale.dtype != DType::F32 {
         return Err(unsupported(
             name,
             format!("on {} activations and {} scales", x.dtype, scale.dtype),
@@ -88,37 +109,80 @@ fn check(op: &QMatMul, sig: &NodeSig) -> Result<Dims, CpuError> {
     if group == 0 || !k.is_multiple_of(group) || x.shape.last() != Some(&k) {
         return Err(unsupported(name, "with inconsistent shapes"));
     }
+    if scale.shape != [k / group, n] {
+        return Err(unsupported(name, "with inconsistent shapes"));
+    }
     let rows: usize = x.shape[..x.shape.len() - 1].iter().product();
+    Ok((rows, k, n))
+}
+
+fn check(op: &QMatMul, sig: &NodeSig) -> Result<Dims, CpuError> {
+    let name = "qmatmul";
+    if sig.inputs.len() != 3 || sig.outputs.len() != 1 {
+        return Err(unsupported(name, "with other than 3 operands and 1 result"));
+    }
+    let (x, q, scale, y) = (
+        &sig.inputs[0],
+        &sig.inputs[1],
+        &sig.inputs[2],
+        &sig.outputs[0],
+    );
+    let (rows, k, n) = check_operands(name, op, x, q, scale)?;
     let out: usize = y.shape.iter().product();
-    if scale.shape != [k / group, n] || out != rows * n {
+    if y.dtype != DType::F32 || out != rows * n {
         return Err(unsupported(name, "with inconsistent shapes"));
     }
     Ok(Dims {
         rows,
         k,
         n,
-        group,
-        int4: wdt == DType::I4,
+        group: op.group as usize,
+        int4: q.dtype == DType::I4,
     })
 }
 
 /// Emits the kernel of `qmatmul` `op`.
 pub fn qmatmul(kb: &mut KernelBuilder, op: &QMatMul, sig: &NodeSig) -> Result<(), CpuError> {
     let d = check(op, sig)?;
-    let (x, q, scale, y) = (kb.buf(0), kb.buf(1), kb.buf(2), kb.buf(3));
+    let w = QCols {
+        q: kb.buf(1),
+        scale: kb.buf(2),
+        stride: d.n,
+        col0: 0,
+    };
+    let (x, y) = (kb.buf(0), kb.buf(3));
+    products(kb, &d, x, &[w], y, &mut |_, s, _| Ok(s[0]))
+}
+
+/// For every row of `x` (`[rows, K]`), the `qmatmul` products by each of
+/// `ws` (`d.n` columns each; the row quantized once), combined by `combine`
+/// into `y` (`[rows, d.n]`).
+pub(super) fn products(
+    kb: &mut KernelBuilder,
+    d: &Dims,
+    x: Value,
+    ws: &[QCols],
+    y: Value,
+    combine: &mut Combine,
+) -> Result<(), CpuError> {
     if d.rows == 0 || d.n == 0 {
         return Ok(());
     }
     if d.k == 0 {
         // No groups: every sum stays `+0.0`.
         let zero = kb.b.ins().f32const(0.0);
+        let sums = vec![zero; ws.len()];
+        let v = combine(kb, &sums, Width::Scalar)?;
         return kb.for_n(d.rows * d.n, |kb, i| {
             let at = kb.index(y, i, 4);
-            kb.b.ins().store(flags(), zero, at, 0);
+            kb.b.ins().store(flags(), v, at, 0);
             Ok(())
         });
     }
     let scratch = (4 * d.k <= SCRATCH_BYTES).then(|| kb.stack_buf((4 * d.k) as u32));
+    // `i4` rows of a strip start on a byte only at even element offsets.
+    let aligned = ws.iter().all(|w| w.stride % 2 == 0 && w.col0 % 2 == 0);
+    let strips = if d.int4 && !aligned { 0 } else { d.n / STRIP };
     kb.for_n(d.rows, |kb, m| {
         let xrow = kb.index(x, m, (4 * d.k) as i64);
         let yrow = kb.index(y, m, (4 * d.n) as i64);
@@ -139,21 +203,31 @@ pub fn qmatmul(kb: &mut KernelBuilder, op: &QMatMul, sig: &NodeSig) -> Result<()
                 Ok(())
             })?;
         }
-        // `i4` rows start on a byte only when `N` is even.
-        let strips = if d.int4 && d.n % 2 == 1 {
-            0
-        } else {
-            d.n / STRIP
-        };
         kb.for_n(strips, |kb, st| {
             let n0 = kb.b.ins().imul_imm_s(st, STRIP as i64);
-            strip(kb, &d, &row, q, scale, yrow, n0)
+            let mut sums = Vec::with_capacity(ws.len());
+            for w in ws {
+                sums.push(strip(kb, d, &row, w, n0)?);
+            }
+            let yp = kb.index(yrow, n0, 4);
+            for j in 0..STRIP / 4 {
+                let vs: Vec<Value> = sums.iter().map(|s| s[j]).collect();
+                let v = combine(kb, &vs, Width::Vector(4))?;
+                kb.b.ins().store(flags(), v, yp, (16 * j) as i32);
+            }
+            Ok(())
         })?;
         let first = strips * STRIP;
-        let rest = d.n - first;
-        kb.for_n(rest, |kb, c| {
+        kb.for_n(d.n - first, |kb, c| {
             let col = kb.b.ins().iadd_imm_s(c, first as i64);
-            column(kb, &d, &row, q, scale, yrow, col)
+            let mut sums = Vec::with_capacity(ws.len());
+            for w in ws {
+                sums.push(column(kb, d, &row, w, col)?);
+            }
+            let v = combine(kb, &sums, Width::Scalar)?;
+            let at = kb.index(yrow, col, 4);
+            kb.b.ins().store(flags(), v, at, 0);
+            Ok(())
         })
     })
 }
@@ -286,29 +360,39 @@ fn load_weights16(kb: &mut KernelBuilder, p: Value, int4: bool) -> (Value, Value
     (kb.b.ins().swiden_low(bytes), kb.b.ins().swiden_high(bytes))
 }
 
-/// The byte address of `q[k, col]` for a row-aligned element (`i8`, or
-/// `i4` with `k·N + col` even).
-fn weight_addr(kb: &mut KernelBuilder, d: &Dims, q: Value, k: Value, col: Value) -> Value {
-    let e = kb.b.ins().imul_imm_s(k, d.n as i64);
+/// The element index of weight column `col` (of `w`'s columns) in row `k`.
+fn element(kb: &mut KernelBuilder, w: &QCols, k: Value, col: Value) -> Value {
+    let e = kb.b.ins().imul_imm_s(k, w.stride as i64);
     let e = kb.b.ins().iadd(e, col);
+    kb.b.ins().iadd_imm_s(e, w.col0 as i64)
+}
+
+/// The address of `scale[g, col]` (of `w`'s columns).
+fn scale_addr(kb: &mut KernelBuilder, w: &QCols, g: Value, col: Value) -> Value {
+    let e = element(kb, w, g, col);
+    kb.index(w.scale, e, 4)
+}
+
+/// The byte address of weight column `col` in row `k` for a row-aligned
+/// element (`i8`, or `i4` at an even element index).
+fn weight_addr(kb: &mut KernelBuilder, d: &Dims, w: &QCols, k: Value, col: Value) -> Value {
+    let e = element(kb, w, k, col);
     let byte = if d.int4 {
         kb.b.ins().ushr_imm_u(e, 1)
     } else {
         e
     };
-    kb.b.ins().iadd(q, byte)
+    kb.b.ins().iadd(w.q, byte)
 }
 
-/// Columns `n0 .. n0 + 16` of one row.
+/// The sums of columns `n0 .. n0 + 16` of one row, as four `f32x4`.
 fn strip(
     kb: &mut KernelBuilder,
     d: &Dims,
     row: &Row,
-    q: Value,
-    scale: Value,
-    yrow: Value,
+    w: &QCols,
     n0: Value,
-) -> Result<(), CpuError> {
+) -> Result<Vec<Value>, CpuError> {
     let sums: Vec<_> = (0..4).map(|_| kb.b.declare_var(types::F32X4)).collect();
     let accs: Vec<_> = (0..4).map(|_| kb.b.declare_var(types::I32X4)).collect();
     let zero = kb.b.ins().f32const(0.0);
@@ -329,7 +413,7 @@ fn strip(
             let a = row.xq(kb, k);
             let a = kb.b.ins().ireduce(types::I16, a);
             let a = kb.b.ins().splat(types::I16X8, a);
-            let p = weight_addr(kb, d, q, k, n0);
+            let p = weight_addr(kb, d, w, k, n0);
             let (w0, w1) = load_weights16(kb, p, d.int4);
             let p0 = kb.b.ins().imul(w0, a);
             let p1 = kb.b.ins().imul(w1, a);
@@ -347,9 +431,7 @@ fn strip(
             Ok(())
         })?;
         // y += acc as f32 · (s · scale[g, n]).
-        let srow = kb.b.ins().imul_imm_s(g, d.n as i64);
-        let srow = kb.b.ins().iadd(srow, n0);
-        let sp = kb.index(scale, srow, 4);
+        let sp = scale_addr(kb, w, g, n0);
         for (j, (&sv, &av)) in sums.iter().zip(&accs).enumerate() {
             let sc = kb.b.ins().load(types::F32X4, flags(), sp, (16 * j) as i32);
             let t = kb.b.ins().fmul(s4, sc);
@@ -362,24 +444,19 @@ fn strip(
         }
         Ok(())
     })?;
-    let yp = kb.index(yrow, n0, 4);
-    for (j, &sv) in sums.iter().enumerate() {
-        let sum = kb.b.use_var(sv);
-        kb.b.ins().store(flags(), sum, yp, (16 * j) as i32);
-    }
-    Ok(())
+    Ok(sums.iter().map(|&sv| kb.b.use_var(sv)).collect())
 }
 
-/// The weight `q[k, col]` as an `i32`, at any nibble.
-fn weight(kb: &mut KernelBuilder, d: &Dims, q: Value, k: Value, col: Value) -> Value {
-    let e = kb.b.ins().imul_imm_s(k, d.n as i64);
-    let e = kb.b.ins().iadd(e, col);
+/// Weight column `col` (of `w`'s columns) in row `k` as an `i32`, at any
+/// nibble.
+fn weight(kb: &mut KernelBuilder, d: &Dims, w: &QCols, k: Value, col: Value) -> Value {
+    let e = element(kb, w, k, col);
     if !d.int4 {
-        let at = kb.b.ins().iadd(q, e);
+        let at = kb.b.ins().iadd(w.q, e);
         return kb.b.ins().sload8(types::I32, flags(), at, 0);
     }
     let byte = kb.b.ins().ushr_imm_u(e, 1);
-    let at = kb.b.ins().iadd(q, byte);
+    let at = kb.b.ins().iadd(w.q, byte);
     let b = kb.b.ins().uload8(types::I32, flags(), at, 0);
     // Element `e` is the low nibble when `e` is even.
     let odd = kb.b.ins().band_imm_u(e, 1);
@@ -390,16 +467,14 @@ fn weight(kb: &mut KernelBuilder, d: &Dims, q: Value, k: Value, col: Value) -> V
     kb.b.ins().iadd_imm_s(nib, -8)
 }
 
-/// Output column `col` of one row.
+/// The sum of output column `col` of one row.
 fn column(
     kb: &mut KernelBuilder,
     d: &Dims,
     row: &Row,
-    q: Value,
-    scale: Value,
-    yrow: Value,
+    w: &QCols,
     col: Value,
-) -> Result<(), CpuError> {
+) -> Result<Value, CpuError> {
     let sum = kb.b.declare_var(types::F32);
     let acc = kb.b.declare_var(types::I32);
     let zero = kb.b.ins().f32const(0.0);
@@ -411,16 +486,14 @@ fn column(
         kb.for_n(d.group, |kb, kk| {
             let k = kb.b.ins().iadd(k0, kk);
             let a = row.xq(kb, k);
-            let w = weight(kb, d, q, k, col);
-            let p = kb.b.ins().imul(a, w);
+            let q = weight(kb, d, w, k, col);
+            let p = kb.b.ins().imul(a, q);
             let c = kb.b.use_var(acc);
             let c = kb.b.ins().iadd(c, p);
             kb.b.def_var(acc, c);
             Ok(())
         })?;
-        let srow = kb.b.ins().imul_imm_s(g, d.n as i64);
-        let srow = kb.b.ins().iadd(srow, col);
-        let sp = kb.index(scale, srow, 4);
+        let sp = scale_addr(kb, w, g, col);
         let sc = kb.b.ins().load(types::F32, flags(), sp, 0);
         let t = kb.b.ins().fmul(row.s, sc);
         let c = kb.b.use_var(acc);
@@ -431,8 +504,5 @@ fn column(
         kb.b.def_var(sum, s);
         Ok(())
     })?;
-    let at = kb.index(yrow, col, 4);
-    let s = kb.b.use_var(sum);
-    kb.b.ins().store(flags(), s, at, 0);
-    Ok(())
+    Ok(kb.b.use_var(sum))
 }

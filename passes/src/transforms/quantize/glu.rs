@@ -13,6 +13,10 @@
 //! the one-weight form (`[hidden, 2·inter]`, Phi-3's `gate_up_proj`) one
 //! `qmatmul` and a `split` of its result in halves. The result keeps the
 //! fused op's value, so users do not change.
+//!
+//! This is what `glus=split` does, and what `glus=fuse` (the default) does
+//! to a `geglu`; `glus=fuse` makes a `swiglu` one `qswiglu` instead, which
+//! computes what the expansion above computes, bit for bit.
 
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::gelu::Gelu;
