@@ -118,6 +118,8 @@ fn instr() -> impl Strategy<Value = Instr> {
                 b_zp: z[1],
                 out_zp: z[2],
             }),
+        (cbuf(), cbuf(), cbuf(), 1u32..=(1 << 19))
+            .prop_map(|(a, b, out, len)| { Instr::SiluMul { a, b, out, len } }),
         (any::<bool>(), cbuf(), cbuf(), mn, 1u32..=16384, any::<i8>()).prop_map(
             |(max, input, out, m, n, zp)| Instr::Reduce {
                 op: if max { ReduceOp::Max } else { ReduceOp::SumSq },
@@ -145,8 +147,8 @@ proptest! {
     }
 
     #[test]
-    fn random_words_never_panic(word in any::<[u8; 16]>(), op in 0usize..18) {
-        let ops = [0x01u8, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x20, 0x21];
+    fn random_words_never_panic(word in any::<[u8; 16]>(), op in 0usize..20) {
+        let ops = [0x01u8, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x20, 0x21];
         let mut word = word;
         // Half the time force a valid opcode so the field decoders run.
         if op % 2 == 0 {
@@ -220,6 +222,25 @@ fn rejects_out_of_range_fields() {
         decode(&w),
         Err(DecodeError::ReservedBits { opcode: 0x14, .. })
     ));
+    let silu = |a, len| Instr::SiluMul {
+        a,
+        b: 0x100,
+        out: a,
+        len,
+    };
+    assert!(encode(&silu(0x10, 1 << 19)).is_ok());
+    assert!(encode(&silu(0x10, 0)).is_err());
+    assert!(encode(&silu(0x10, (1 << 19) + 1)).is_err());
+    assert!(encode(&silu(0x18, 1)).is_err());
+    assert!(encode(&silu(0x80000, 1)).is_err());
+    // Reserved bits of `ew.silu_mul` (72..128) must be zero.
+    let mut w = encode(&silu(0x10, 7)).unwrap();
+    assert_eq!(w[0], 0x15);
+    w[9] |= 0x01; // bit 72
+    assert!(matches!(
+        decode(&w),
+        Err(DecodeError::ReservedBits { opcode: 0x15, .. })
+    ));
     assert!(encode(&Instr::Signal { sem: 16 }).is_err());
 }
 
@@ -271,6 +292,12 @@ fn disassembly_syntax() {
             n: 4096,
             accumulate: false,
         },
+        Instr::SiluMul {
+            a: 0xc000,
+            b: 0xd000,
+            out: 0xc000,
+            len: 128,
+        },
     ];
     let bytes: Vec<u8> = prog.iter().flat_map(|i| encode(i).unwrap()).collect();
     let text = disassemble(&bytes).unwrap();
@@ -281,6 +308,7 @@ fn disassembly_syntax() {
 000030: epi.i8 out[0x0a000] <- acc[0x08000] params[0x09000] m=4 n=32 zp=-3 lut[0x0b000]
 000040: epi.f32 out[0x0c000] += acc[0x08000] params[0x09000] rows[0x09800] m=4 n=32
 000050: epi.f32 out[0x0c000] = acc[0x08000] params[0x09100] rows[0x09800] m=1 n=4096
+000060: ew.silu_mul out[0x0c000] = a[0x0c000], b[0x0d000] len=128
 ";
     assert_eq!(text, expected);
 }

@@ -6,7 +6,9 @@
 //! The second table is the `qmatmul` kernel (f32 in, f32 out, bit-exact
 //! to the IR op): GEMV and prefill at INT8 per-channel (`G = K`) and INT4
 //! with groups of 128; its roofline counts the op's weight data (`q` and
-//! the f32 scales).
+//! the f32 scales). The third is the `qswiglu` kernel (the SwiGLU MLP's
+//! gate and up projections, `silu(x·gate) · (x·up)`) on the Qwen2-1.5B MLP
+//! shape, its roofline counting both matrices.
 //!
 //! `cargo run --release -p slmcc-runtime --example npu_matmul_roofline`
 //!
@@ -14,12 +16,14 @@
 //! utilisation = MACs / (cycles · MAC/cycle · cores). Numbers are the timing
 //! model's (`docs/NPU_ISA.md`), not hardware measurements.
 
-use slmcc_backends::npu::isa::WeightType;
+use slmcc_backends::npu::isa::{Program, WeightType};
 use slmcc_backends::npu::kernels::{
-    emit_matmul, emit_qmatmul, pack_qmatmul, pack_weights, quantize_rows, MatmulAddrs,
-    QMatmulLayout, RowParams,
+    emit_matmul, emit_qmatmul, emit_qswiglu, pack_qmatmul, pack_qswiglu, pack_weights,
+    quantize_rows, KernelError, MatmulAddrs, QMatmulLayout, RowParams,
 };
-use slmcc_backends::npu::tiler::{plan, plan_qmatmul, MatmulProblem, QMatmulProblem};
+use slmcc_backends::npu::tiler::{
+    plan, plan_qmatmul, plan_qswiglu, MatmulProblem, QMatmulProblem, QTilePlan,
+};
 use slmcc_backends::npu::Target;
 use slmcc_runtime::npu_sim::NpuSim;
 
@@ -53,40 +57,91 @@ fn qmatmul_table(t: &Target) -> Result<(), Box<dyn std::error::Error>> {
                 group: g,
             };
             let plan = plan_qmatmul(&p, t)?;
-            let q = weights(k * n, wtype);
-            let scale: Vec<f32> = (0..k / g * n)
-                .map(|i| 1e-3 + (i % 7) as f32 * 1e-4)
-                .collect();
-            let layout = QMatmulLayout::new(&plan, 0)?;
+            let (q, scale) = qweights(&p, 0);
             let consts = pack_qmatmul(&plan, &q, &scale)?;
-            let mut ddr = vec![0u8; layout.total as usize];
-            ddr[layout.consts as usize..][..consts.len()].copy_from_slice(&consts);
-            let x: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
-            let mut xq = vec![0i8; (m * k) as usize];
-            let mut rows = vec![RowParams::default(); m as usize];
-            quantize_rows(&x, k as usize, &mut xq, &mut rows);
-            layout.write_inputs(&mut ddr, &xq, &rows);
-            let prog = emit_qmatmul(&plan, t, &layout)?;
-            let mut sim = NpuSim::new(t.clone(), ddr);
-            let stats = sim.run(&prog)?;
-            let bits = if wtype == WeightType::I4 { 4 } else { 8 };
-            let ideal = f64::from(k) * f64::from(n) * f64::from(bits) / 8.0
-                + 4.0 * f64::from(k / g) * f64::from(n);
-            let roofline = ideal / t.ddr_bytes_per_sec as f64 / stats.seconds(t);
-            let desc = format!(
-                "kt={} nt={} {:?} banks={}",
-                plan.kt, plan.nt, plan.activations, plan.layout.banks
-            );
-            println!(
-                "m={m:<3} k={k:<4} n={n:<4}  {:<3} {g:<5} {desc:<31} {:>8} {:>11} {:>8.1}% {:>8.1}%",
-                format!("{wtype:?}"),
-                stats.cycles,
-                plan.estimate.cycles,
-                100.0 * stats.utilisation,
-                100.0 * roofline,
-            );
+            q_row(&plan, &consts, t, emit_qmatmul)?;
         }
     }
+    Ok(())
+}
+
+/// `qswiglu` on the MLP shape: gate and up `[1536, 8960]` each; the
+/// roofline counts both matrices' `q` and scales.
+fn qswiglu_table(t: &Target) -> Result<(), Box<dyn std::error::Error>> {
+    println!();
+    println!("qswiglu (f32 -> silu(x.gate) * (x.up), bit-exact; shape per matrix)");
+    println!("shape                wt  G     plan                            cycles  est.cycles  MAC util  roofline");
+    for (m, k, n) in [(1, 1536, 8960), (128, 1536, 8960)] {
+        for (wtype, g) in [(WeightType::I8, k), (WeightType::I4, 128)] {
+            let p = QMatmulProblem {
+                m,
+                k,
+                n,
+                wtype,
+                group: g,
+            };
+            let plan = plan_qswiglu(&p, t)?;
+            let (gq, gs) = qweights(&p, 0);
+            let (uq, us) = qweights(&p, 1);
+            let consts = pack_qswiglu(&plan, &gq, &gs, &uq, &us)?;
+            q_row(&plan, &consts, t, emit_qswiglu)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deterministic `q` and scales of a `qmatmul`-shaped weight (`salt`
+/// varies them).
+fn qweights(p: &QMatmulProblem, salt: u32) -> (Vec<i8>, Vec<f32>) {
+    let q = weights(p.k * p.n + salt, p.wtype)[salt as usize..].to_vec();
+    let scale = (0..p.k / p.group * p.n)
+        .map(|i| 1e-3 + ((i + salt) % 7) as f32 * 1e-4)
+        .collect();
+    (q, scale)
+}
+
+/// Runs one `qmatmul` / `qswiglu` plan on the simulator and prints its row.
+fn q_row(
+    plan: &QTilePlan,
+    consts: &[u8],
+    t: &Target,
+    emit: fn(&QTilePlan, &Target, &QMatmulLayout) -> Result<Program, KernelError>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let QMatmulProblem {
+        m,
+        k,
+        n,
+        wtype,
+        group: g,
+    } = plan.problem;
+    let layout = QMatmulLayout::new(plan, 0)?;
+    let mut ddr = vec![0u8; layout.total as usize];
+    ddr[layout.consts as usize..][..consts.len()].copy_from_slice(consts);
+    let x: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
+    let mut xq = vec![0i8; (m * k) as usize];
+    let mut rows = vec![RowParams::default(); m as usize];
+    quantize_rows(&x, k as usize, &mut xq, &mut rows);
+    layout.write_inputs(&mut ddr, &xq, &rows);
+    let prog = emit(plan, t, &layout)?;
+    let mut sim = NpuSim::new(t.clone(), ddr);
+    let stats = sim.run(&prog)?;
+    let bits = if wtype == WeightType::I4 { 4 } else { 8 };
+    let ideal = f64::from(plan.kernel.mats())
+        * (f64::from(k) * f64::from(n) * f64::from(bits) / 8.0
+            + 4.0 * f64::from(k / g) * f64::from(n));
+    let roofline = ideal / t.ddr_bytes_per_sec as f64 / stats.seconds(t);
+    let desc = format!(
+        "kt={} nt={} {:?} banks={}",
+        plan.kt, plan.nt, plan.activations, plan.layout.banks
+    );
+    println!(
+        "m={m:<3} k={k:<4} n={n:<4}  {:<3} {g:<5} {desc:<31} {:>8} {:>11} {:>8.1}% {:>8.1}%",
+        format!("{wtype:?}"),
+        stats.cycles,
+        plan.estimate.cycles,
+        100.0 * stats.utilisation,
+        100.0 * roofline,
+    );
     Ok(())
 }
 
@@ -134,5 +189,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
-    qmatmul_table(&t)
+    qmatmul_table(&t)?;
+    qswiglu_table(&t)
 }

@@ -20,6 +20,7 @@ pub mod opcode {
     pub const ELTWISE: u8 = 0x12;
     pub const REDUCE: u8 = 0x13;
     pub const EPILOGUE_F32: u8 = 0x14;
+    pub const SILU_MUL: u8 = 0x15;
     pub const SIGNAL: u8 = 0x20;
     pub const WAIT: u8 = 0x21;
 }
@@ -180,6 +181,13 @@ pub fn encode(i: &Instr) -> Result<[u8; WORD_BYTES], IsaError> {
             w.put(103, 8, zp(out_zp));
             w.put(111, 1, u64::from(op == EltOp::Mul));
         }
+        Instr::SiluMul { a, b, out, len } => {
+            w.put(0, 8, opcode::SILU_MUL.into());
+            w.put(8, 15, g(a));
+            w.put(23, 15, g(b));
+            w.put(38, 15, g(out));
+            w.put(53, 19, m1(len));
+        }
         Instr::Reduce {
             op,
             input,
@@ -318,6 +326,15 @@ pub fn decode(bytes: &[u8; WORD_BYTES]) -> Result<Instr, DecodeError> {
                 a_zp: izp(w, 87),
                 b_zp: izp(w, 95),
                 out_zp: izp(w, 103),
+            })
+        }
+        opcode::SILU_MUL => {
+            reserved(w, op, 72, 0)?;
+            Ok(Instr::SiluMul {
+                a: ug(w, 8),
+                b: ug(w, 23),
+                out: ug(w, 38),
+                len: p1(53, 19),
             })
         }
         opcode::REDUCE => {

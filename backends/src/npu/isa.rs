@@ -25,7 +25,8 @@ pub const DMA_STRIDE_LIMIT: u32 = 1 << 20;
 pub const MAX_MN: u32 = 1 << 12;
 /// Largest matmul `k` and reduce `n`.
 pub const MAX_K: u32 = 1 << 14;
-/// Largest element-wise length.
+/// Largest element-wise length (elements: INT8 for `ew.add`/`ew.mul`, f32
+/// for `ew.silu_mul`).
 pub const MAX_LEN: u32 = 1 << 19;
 /// Number of semaphore ids the encoding holds (a target may have fewer).
 pub const MAX_SEMS: u8 = 16;
@@ -171,6 +172,12 @@ pub enum Instr {
         b_zp: i8,
         out_zp: i8,
     },
+    /// `out[i] = (a[i] · sigmoid(a[i])) · b[i]` over `len` f32 elements
+    /// (SiLU of `a` times `b`, the SwiGLU combination; compute queue).
+    /// `sigmoid` is the IR's f32 sigmoid (`slmcc_ir::ops::fused_util::
+    /// sigmoid`); every operand is read before `out` is written, so `out`
+    /// may equal `a` or `b`.
+    SiluMul { a: u32, b: u32, out: u32, len: u32 },
     /// Row reduction of an `m×n` INT8 tile to `m` INT32 (compute queue).
     Reduce {
         op: ReduceOp,
@@ -288,6 +295,7 @@ impl Instr {
             Instr::EpilogueF32 { .. } => "epi.f32",
             Instr::Eltwise { op: EltOp::Add, .. } => "ew.add",
             Instr::Eltwise { op: EltOp::Mul, .. } => "ew.mul",
+            Instr::SiluMul { .. } => "ew.silu_mul",
             Instr::Reduce {
                 op: ReduceOp::SumSq,
                 ..
@@ -398,6 +406,12 @@ impl Instr {
                 cbuf_field(name, "b", b)?;
                 cbuf_field(name, "out", out)?;
                 cbuf_field(name, "params", params)?;
+                in_1_to(name, "len", len, MAX_LEN, "1..=524288")
+            }
+            Instr::SiluMul { a, b, out, len } => {
+                cbuf_field(name, "a", a)?;
+                cbuf_field(name, "b", b)?;
+                cbuf_field(name, "out", out)?;
                 in_1_to(name, "len", len, MAX_LEN, "1..=524288")
             }
             Instr::Reduce {
@@ -535,6 +549,9 @@ impl fmt::Display for Instr {
                 f,
                 "{mn} out[{out:#07x}] <- a[{a:#07x}], b[{b:#07x}] params[{params:#07x}] len={len} zp={a_zp},{b_zp},{out_zp}"
             ),
+            Instr::SiluMul { a, b, out, len } => {
+                write!(f, "{mn} out[{out:#07x}] = a[{a:#07x}], b[{b:#07x}] len={len}")
+            }
             Instr::Reduce { input, out, m, n, zp, .. } => {
                 write!(f, "{mn} out[{out:#07x}] <- in[{input:#07x}] m={m} n={n} zp={zp}")
             }

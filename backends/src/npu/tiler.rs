@@ -3,7 +3,9 @@
 //! The problem: `out[M×N] = a[M×K] · w[K×N]` with INT8 activations, INT8 or
 //! INT4 weights and an INT32 output, all row-major in DDR. The per-token
 //! zero-point correction and the float dequantization are not part of it;
-//! [`qmatmul`] tiles the kernel that does them (the IR op `qmatmul`).
+//! [`qmatmul`] tiles the kernels that do them (the IR op `qmatmul`, and the
+//! quantized SwiGLU MLP `qswiglu`: two such matmuls sharing the
+//! activations).
 //!
 //! [`plan`] chooses, for a [`Target`]:
 //!
@@ -42,7 +44,9 @@ use crate::npu::Target;
 
 pub mod qmatmul;
 
-pub use qmatmul::{plan_qmatmul, QBlock, QCbufLayout, QMatmulProblem, QTilePlan};
+pub use qmatmul::{
+    plan_qmatmul, plan_qswiglu, QBlock, QCbufLayout, QKernel, QMatmulProblem, QTilePlan,
+};
 
 /// Granule of tile sizes and of the column split.
 pub const TILE_ALIGN: u32 = 16;
@@ -202,9 +206,11 @@ fn candidates(len: u32, max: u32) -> Vec<u32> {
 enum Kind {
     /// `emit_matmul`: one `mm` per step, INT32 output.
     Int32,
-    /// `emit_qmatmul`: per group an `mm` and an `epi.f32`; activation panels
-    /// of `m_pad` rows; constant blocks with channel records.
-    Dequant { group: u32, m_pad: u32 },
+    /// `emit_qmatmul` (`mats = 1`) and `emit_qswiglu` (`mats = 2`): per
+    /// group and weight matrix an `mm` and an `epi.f32`; activation panels
+    /// of `m_pad` rows; constant blocks with channel records, one per
+    /// matrix; with two matrices one `ew.silu_mul` per column tile.
+    Dequant { group: u32, m_pad: u32, mats: u32 },
 }
 
 struct Costs<'a> {
@@ -220,15 +226,16 @@ impl Costs<'_> {
     fn block(&self, kt: u32, nt: u32) -> u64 {
         match self.kind {
             Kind::Int32 => weight_tile_bytes(self.p.wtype, kt, nt),
-            Kind::Dequant { group, .. } => {
+            Kind::Dequant { group, mats, .. } => {
                 let bytes = qmatmul::block(self.p.wtype, group, 0, kt, nt).bytes;
-                if kt < group {
+                let one = if kt < group {
                     // One record set per `group / kt` tiles.
                     let rec = round_up(8 * u64::from(nt), 16);
                     bytes + rec * u64::from(kt) / u64::from(group)
                 } else {
                     bytes
-                }
+                };
+                one * u64::from(mats)
             }
         }
     }
@@ -261,7 +268,7 @@ impl Costs<'_> {
         match self.kind {
             Kind::Int32 => self.mm(kt, nt),
             Kind::Dequant { .. } if kt == 0 => 0,
-            Kind::Dequant { group, .. } => {
+            Kind::Dequant { group, mats, .. } => {
                 let w = kt.min(group);
                 let pieces = u64::from(kt / w);
                 let epis = if kt >= group {
@@ -269,8 +276,18 @@ impl Costs<'_> {
                 } else {
                     self.epi(nt) * u64::from(kt) / u64::from(group)
                 };
-                (pieces * self.mm(w, nt)).saturating_add(epis)
+                let one = (pieces * self.mm(w, nt)).saturating_add(epis);
+                one.saturating_mul(mats.into())
             }
+        }
+    }
+
+    /// Compute cycles at the end of a column tile of width `nt` (the
+    /// `ew.silu_mul` of `qswiglu`).
+    fn tile_end(&self, nt: u32) -> u64 {
+        match self.kind {
+            Kind::Dequant { mats: 2, .. } => self.epi(nt),
+            _ => 0,
         }
     }
 
@@ -314,6 +331,9 @@ impl Costs<'_> {
                 *o = o.saturating_add(count.saturating_mul(v));
             }
         }
+        let end = self.tile_end(nt);
+        out[1] = out[1].saturating_add(end);
+        out[2] = out[2].saturating_add(end);
         out
     }
 
@@ -339,7 +359,7 @@ impl Costs<'_> {
             self.dma(self.panel_rows() * u64::from(k0)),
             self.head(),
         );
-        let last_mm = self.step(kl, nl);
+        let last_mm = self.step(kl, nl).saturating_add(self.tile_end(nl));
         let [dma, compute, pipe] = sum;
         let dma = dma.saturating_add(self.head());
         let cycles = add(pipe, first_dma.min(last_mm), last_store)

@@ -9,6 +9,7 @@ use super::arith::{int4_at, requant, sat8, shift_ok};
 use super::mem::{bytes, bytes_mut, i32_at, set_i32, Mem};
 use super::ExecError;
 use slmcc_backends::npu::isa::{DmaDims, EltOp, Instr, OutType, ReduceOp, WeightType};
+use slmcc_ir::ops::fused_util::sigmoid;
 
 /// DDR bytes an instruction moved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -249,6 +250,21 @@ fn epilogue_f32(
     Ok(())
 }
 
+/// `ew.silu_mul`: `out = (a · sigmoid(a)) · b` over `len` f32 elements,
+/// with the IR's f32 sigmoid (the vector unit's SiLU is defined as it).
+fn silu_mul(c: &mut [u8], a: u32, b: u32, out: u32, len: u32) -> Result<(), ExecError> {
+    let bytes_len = 4 * u64::from(len);
+    let av = bytes(Mem::Cbuf, c, a.into(), bytes_len)?.to_vec();
+    let bv = bytes(Mem::Cbuf, c, b.into(), bytes_len)?.to_vec();
+    let o = bytes_mut(Mem::Cbuf, c, out.into(), bytes_len)?;
+    for e in 0..len as usize {
+        let (x, y) = (f32_at(&av, e), f32_at(&bv, e));
+        let v = (x * sigmoid(x)) * y;
+        set_i32(o, e, v.to_bits() as i32);
+    }
+    Ok(())
+}
+
 fn eltwise(c: &mut [u8], i: &Instr) -> Result<(), ExecError> {
     let Instr::Eltwise {
         op,
@@ -363,6 +379,9 @@ pub fn exec(i: &Instr, ddr: &mut [u8], cbuf: &mut [u8]) -> Result<Traffic, ExecE
                 .map(|()| Traffic::default())
         }
         Instr::Eltwise { .. } => eltwise(cbuf, i).map(|()| Traffic::default()),
+        Instr::SiluMul { a, b, out, len } => {
+            silu_mul(cbuf, a, b, out, len).map(|()| Traffic::default())
+        }
         Instr::Reduce { .. } => reduce(cbuf, i).map(|()| Traffic::default()),
         Instr::Signal { .. } | Instr::Wait { .. } => Ok(Traffic::default()),
     }

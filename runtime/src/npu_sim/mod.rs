@@ -312,3 +312,6 @@ mod tests;
 
 #[cfg(test)]
 mod qmatmul_tests;
+
+#[cfg(test)]
+mod qswiglu_tests;

@@ -7,7 +7,7 @@
 
 use super::{NpuSim, SimStats};
 use proptest::prelude::*;
-use slmcc_backends::npu::isa::WeightType;
+use slmcc_backends::npu::isa::{Program, WeightType};
 use slmcc_backends::npu::kernels::{
     emit_qmatmul, pack_qmatmul, quantize_rows, KernelError, QMatmulLayout, RowParams,
 };
@@ -19,10 +19,10 @@ use slmcc_ir::ops::qmatmul::QMatMul;
 use slmcc_ir::{DType, EvalCtx, OpDef, Tensor};
 
 /// xorshift64* stream.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let s = &mut self.0;
         *s ^= *s >> 12;
         *s ^= *s << 25;
@@ -30,18 +30,18 @@ impl Rng {
         s.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn int(&mut self, lo: i64, hi: i64) -> i64 {
+    pub(super) fn int(&mut self, lo: i64, hi: i64) -> i64 {
         lo + (self.next() >> 11) as i64 % (hi - lo + 1)
     }
 
-    fn unit(&mut self) -> f32 {
+    pub(super) fn unit(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32
     }
 }
 
 /// Activations: per row zeros, one repeated value, or random values of a
 /// random magnitude with some exact zeros.
-fn activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
+pub(super) fn activations(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
     let mut x = Vec::with_capacity(m * k);
     for _ in 0..m {
         let mag = [1e-3f32, 0.5, 4.0, 300.0][rng.int(0, 3) as usize];
@@ -86,54 +86,60 @@ fn check(
         group,
     };
     let plan = plan_qmatmul(&p, t).unwrap();
-    let (mu, ku, nu, gu) = (m as usize, k as usize, n as usize, group as usize);
+    let (mu, ku) = (m as usize, k as usize);
     let mut rng = Rng(seed | 1);
     let x = activations(&mut rng, mu, ku);
-    let (lo, hi) = match wtype {
+    let (q, scale) = weights(&mut rng, &p);
+    let layout = QMatmulLayout::new(&plan, 0).unwrap();
+    let consts = pack_qmatmul(&plan, &q, &scale).unwrap();
+    let prog = emit_qmatmul(&plan, t, &layout).unwrap();
+    let (y, stats) = run(&plan, &layout, &consts, &prog, &x, t);
+    let want = reference(&p, &x, &q, &scale);
+    assert_bits(&plan, &y, &want);
+    (plan, stats)
+}
+
+/// Random weights `[K, N]` in the type's range and scales `[K/G, N]`.
+pub(super) fn weights(rng: &mut Rng, p: &QMatmulProblem) -> (Vec<i8>, Vec<f32>) {
+    let (k, n, g) = (p.k as usize, p.n as usize, p.group as usize);
+    let (lo, hi) = match p.wtype {
         WeightType::I8 => (-128, 127),
         WeightType::I4 => (-8, 7),
     };
-    let q: Vec<i8> = (0..ku * nu).map(|_| rng.int(lo, hi) as i8).collect();
-    let scale: Vec<f32> = (0..ku / gu * nu)
-        .map(|_| (rng.unit() - 0.3) * 0.05)
-        .collect();
+    let q: Vec<i8> = (0..k * n).map(|_| rng.int(lo, hi) as i8).collect();
+    let scale: Vec<f32> = (0..k / g * n).map(|_| (rng.unit() - 0.3) * 0.05).collect();
+    (q, scale)
+}
 
-    let layout = QMatmulLayout::new(&plan, 0).unwrap();
-    let consts = pack_qmatmul(&plan, &q, &scale).unwrap();
+/// Quantizes `x` once, runs `prog` on the DDR image (`consts` and the
+/// inputs) and returns the f32 output with the statistics, after checking
+/// the traffic: constants once; activations once per core (resident) or
+/// per column tile (streamed); row records once per core; the output
+/// written once.
+pub(super) fn run(
+    plan: &QTilePlan,
+    layout: &QMatmulLayout,
+    consts: &[u8],
+    prog: &Program,
+    x: &[f32],
+    t: &Target,
+) -> (Vec<f32>, SimStats) {
+    let (mu, ku, nu) = (
+        plan.problem.m as usize,
+        plan.problem.k as usize,
+        plan.problem.n as usize,
+    );
     assert_eq!(consts.len() as u64, layout.consts_bytes);
     let mut ddr = vec![0u8; layout.total as usize];
-    ddr[layout.consts as usize..][..consts.len()].copy_from_slice(&consts);
+    ddr[layout.consts as usize..][..consts.len()].copy_from_slice(consts);
     let mut xq = vec![0i8; mu * ku];
     let mut rows = vec![RowParams::default(); mu];
-    quantize_rows(&x, ku, &mut xq, &mut rows);
+    quantize_rows(x, ku, &mut xq, &mut rows);
     layout.write_inputs(&mut ddr, &xq, &rows);
-    let prog = emit_qmatmul(&plan, t, &layout).unwrap();
     let mut sim = NpuSim::new(t.clone(), ddr);
-    let stats = sim.run(&prog).unwrap();
+    let stats = sim.run(prog).unwrap();
     let mut y = vec![0f32; mu * nu];
     layout.read_output(&sim.ddr, &mut y);
-
-    let op = QMatMul::new(if wtype == WeightType::I4 { 4 } else { 8 }, group.into()).unwrap();
-    let qv: Vec<i64> = q.iter().map(|&v| i64::from(v)).collect();
-    let qt = Tensor::from_i64(vec![ku, nu], qv).cast(match wtype {
-        WeightType::I8 => DType::I8,
-        WeightType::I4 => DType::I4,
-    });
-    let xt = Tensor::from_f32(vec![mu, ku], x);
-    let st = Tensor::from_f32(vec![ku / gu, nu], scale);
-    let want = op.eval(&[&xt, &qt, &st], &EvalCtx::default()).unwrap();
-    let want = want[0].as_f32().unwrap();
-    for (e, (g, w)) in y.iter().zip(want).enumerate() {
-        assert_eq!(
-            g.to_bits(),
-            w.to_bits(),
-            "m={m} k={k} n={n} {wtype:?} G={group} kt={} nt={}: element {e}: {g} vs {w}",
-            plan.kt,
-            plan.nt
-        );
-    }
-    // Constants once; activations once per core (resident) or per column
-    // tile (streamed); row records once per core.
     let panels: u64 = plan
         .cores
         .iter()
@@ -143,16 +149,51 @@ fn check(
         })
         .sum();
     let cores = plan.cores.len() as u64;
-    let act = panels * u64::from(plan.m_pad) * u64::from(k);
+    let act = panels * u64::from(plan.m_pad) * u64::from(plan.problem.k);
     assert_eq!(
         stats.ddr_bytes_read,
         layout.consts_bytes + act + cores * layout.rows_bytes
     );
     assert_eq!(stats.ddr_bytes_written, layout.out_bytes);
-    (plan, stats)
+    (y, stats)
 }
 
-fn small(banks: u32, bank: u32) -> Target {
+/// The IR op `qmatmul` (`QMatMul::eval`) on `x`, `q`, `scale`.
+pub(super) fn reference(p: &QMatmulProblem, x: &[f32], q: &[i8], scale: &[f32]) -> Vec<f32> {
+    let (mu, ku, nu, gu) = (p.m as usize, p.k as usize, p.n as usize, p.group as usize);
+    let int4 = p.wtype == WeightType::I4;
+    let op = QMatMul::new(if int4 { 4 } else { 8 }, p.group.into()).unwrap();
+    let qv: Vec<i64> = q.iter().map(|&v| i64::from(v)).collect();
+    let qt = Tensor::from_i64(vec![ku, nu], qv).cast(if int4 { DType::I4 } else { DType::I8 });
+    let xt = Tensor::from_f32(vec![mu, ku], x.to_vec());
+    let st = Tensor::from_f32(vec![ku / gu, nu], scale.to_vec());
+    let want = op.eval(&[&xt, &qt, &st], &EvalCtx::default()).unwrap();
+    want[0].as_f32().unwrap().to_vec()
+}
+
+/// `got` equals `want` bit for bit.
+pub(super) fn assert_bits(plan: &QTilePlan, got: &[f32], want: &[f32]) {
+    let p = &plan.problem;
+    assert_eq!(got.len(), want.len());
+    for (e, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "{:?} m={} k={} n={} {:?} G={} kt={} nt={} {:?}: element {e}: {g} vs {w}",
+            plan.kernel,
+            p.m,
+            p.k,
+            p.n,
+            p.wtype,
+            p.group,
+            plan.kt,
+            plan.nt,
+            plan.activations,
+        );
+    }
+}
+
+pub(super) fn small(banks: u32, bank: u32) -> Target {
     Target::rk3588().with_cbuf(banks, bank)
 }
 

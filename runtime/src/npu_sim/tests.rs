@@ -669,3 +669,71 @@ fn epilogue_f32_by_hand() {
         }
     }
 }
+
+/// `ew.silu_mul` by hand: `(a · sigmoid(a)) · b` with the IR's sigmoid on
+/// both branches, signed zeros, infinities and NaN, in place (`out = a`),
+/// its cycles, and an out-of-range operand.
+#[test]
+fn silu_mul_by_hand() {
+    use slmcc_ir::ops::fused_util::sigmoid;
+    let a = [
+        0.0f32,
+        -0.0,
+        1.5,
+        -1.5,
+        20.0,
+        -20.0,
+        -100.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        3.0e-39,
+        88.0,
+        -0.3,
+        7.25,
+        1e-3,
+        -9.5,
+    ];
+    let b: Vec<f32> = (0..a.len()).map(|i| (i as f32 - 5.5) * 0.75).collect();
+    let mut sim = NpuSim::new(Target::rk3588(), vec![0; 64]);
+    for (e, (x, y)) in a.iter().zip(&b).enumerate() {
+        sim.cbuf[0][4 * e..][..4].copy_from_slice(&x.to_bits().to_le_bytes());
+        sim.cbuf[0][0x100 + 4 * e..][..4].copy_from_slice(&y.to_bits().to_le_bytes());
+    }
+    let len = a.len() as u32;
+    let i = Instr::SiluMul {
+        a: 0,
+        b: 0x100,
+        out: 0,
+        len,
+    };
+    let stats = sim.run(&one_core(vec![], vec![i])).unwrap();
+    assert_eq!(stats.cycles, 16 + 1);
+    for (e, (x, y)) in a.iter().zip(&b).enumerate() {
+        let got = u32::from_le_bytes(sim.cbuf[0][4 * e..][..4].try_into().unwrap());
+        let want = ((x * sigmoid(*x)) * y).to_bits();
+        assert_eq!(got, want, "element {e}: a={x} b={y}");
+    }
+    // 200 elements: 16 + ceil(200 / 64) cycles.
+    let long = Instr::SiluMul {
+        a: 0,
+        b: 0x400,
+        out: 0x800,
+        len: 200,
+    };
+    let stats = NpuSim::time(&Target::rk3588(), &one_core(vec![], vec![long])).unwrap();
+    assert_eq!(stats.cycles, 16 + 4);
+    let t = Target::rk3588();
+    let past = t.cbuf_bytes - 16;
+    let bad = Instr::SiluMul {
+        a: 0,
+        b: past,
+        out: 0x800,
+        len: 8,
+    };
+    let mut sim = NpuSim::new(t, vec![0; 64]);
+    assert!(matches!(
+        sim.run(&one_core(vec![], vec![bad])),
+        Err(SimError::Exec { .. })
+    ));
+}

@@ -32,7 +32,9 @@ pub fn cycles(t: &Target, i: &Instr, active_cores: u32) -> u64 {
         Instr::Epilogue { m, n, .. } | Instr::EpilogueF32 { m, n, .. } => {
             issue.saturating_add(ceil_div(mn(m, n), lanes))
         }
-        Instr::Eltwise { len, .. } => issue.saturating_add(ceil_div(len.into(), lanes)),
+        Instr::Eltwise { len, .. } | Instr::SiluMul { len, .. } => {
+            issue.saturating_add(ceil_div(len.into(), lanes))
+        }
         Instr::Reduce { m, n, .. } => issue.saturating_add(ceil_div(mn(m, n), lanes)),
         Instr::Signal { .. } | Instr::Wait { .. } => t.sem_cycles,
     }

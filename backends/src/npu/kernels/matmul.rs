@@ -65,6 +65,11 @@ pub enum KernelError {
         expected: u64,
         got: usize,
     },
+    #[error("the plan tiles the {got:?} kernel, not {expected:?}")]
+    Kernel {
+        expected: crate::npu::tiler::QKernel,
+        got: crate::npu::tiler::QKernel,
+    },
     #[error("emitted program is invalid: {0}")]
     Isa(#[from] IsaError),
 }

@@ -27,6 +27,9 @@
 //! past `M` are never used), the row records `[M]` × `(s: f32, z: i32)`,
 //! and the output `[M, N]` f32. All little-endian.
 //!
+//! The emitter and packer also serve [`super::qswiglu`] (two weight
+//! matrices per step, after the plan's [`QKernel`]).
+//!
 //! Bit-exactness: the `mm` sums are exact (`|Σ xq·q| <= 128·128·G`) and the
 //! correction is exact modulo 2^32 (wrapping INT32), so it equals the op's
 //! `acc_g`, which fits; the f32 operations are the op's, in its order.
@@ -35,7 +38,7 @@ use crate::npu::isa::{CoreProgram, DmaDims, Instr, Program};
 use crate::npu::kernels::matmul::{check_int4, pack_tile, KernelError};
 use crate::npu::kernels::schedule::{self, contiguous_loads, fits, Schedule};
 use crate::npu::tiler::qmatmul::RECORD_BYTES;
-use crate::npu::tiler::{tiles, Activations, CoreSlice, QTilePlan};
+use crate::npu::tiler::{tiles, Activations, CoreSlice, QKernel, QTilePlan};
 use crate::npu::Target;
 use slmcc_ir::ops::qmatmul::{activation_params, quantize_activation};
 
@@ -164,7 +167,7 @@ impl QMatmulLayout {
     }
 }
 
-/// One core's two queues.
+/// One core's two queues (`qmatmul` or `qswiglu`, after `plan.kernel`).
 fn emit_core(plan: &QTilePlan, addrs: &QMatmulLayout, core: &CoreSlice) -> CoreProgram {
     let p = &plan.problem;
     let l = &plan.layout;
@@ -189,39 +192,63 @@ fn emit_core(plan: &QTilePlan, addrs: &QMatmulLayout, core: &CoreSlice) -> CoreP
                 dims,
             });
         }
-        contiguous_loads(l.block[st.buf], c_ddr, b.bytes, dma);
-        c_ddr = c_ddr.wrapping_add(b.bytes as u32);
+        let bytes = plan.step_bytes(st.k0, st.kt, st.nt);
+        contiguous_loads(l.block[st.buf], c_ddr, bytes, dma);
+        c_ddr = c_ddr.wrapping_add(bytes as u32);
     };
     let compute = |st: &schedule::Step, compute: &mut Vec<Instr>| {
         let b = plan.block(st.k0, st.kt, st.nt);
-        let blk = l.block[st.buf];
-        let acc = l.acc.unwrap_or(st.out);
+        // Per matrix: its block in the step buffer, its INT32 accumulators
+        // and its f32 tile (gate / the only matrix: the output tile).
+        let up = l.up.unwrap_or(st.out);
+        let mats = [
+            (l.block[st.buf], l.acc.unwrap_or(st.out), st.out),
+            (
+                l.block[st.buf] + b.bytes as u32,
+                l.up_acc.or(l.acc).unwrap_or(up),
+                up,
+            ),
+        ];
+        let mats = &mats[..plan.kernel.mats() as usize];
         let mut rec = 0u64;
         for piece in 0..b.pieces {
             let k0 = st.k0 + piece * b.piece_k;
-            compute.push(Instr::MatMul {
-                wtype: p.wtype,
-                a: panel(st.kk, st.buf) + piece * plan.m_pad * b.piece_k,
-                w: blk + (u64::from(piece) * b.piece_stride) as u32,
-                acc,
-                m: p.m,
-                k: b.piece_k,
-                n: st.nt,
-                accumulate: !k0.is_multiple_of(p.group),
-            });
             let end = k0 + b.piece_k;
-            if end.is_multiple_of(p.group) {
-                compute.push(Instr::EpilogueF32 {
+            for &(blk, acc, out) in mats {
+                compute.push(Instr::MatMul {
+                    wtype: p.wtype,
+                    a: panel(st.kk, st.buf) + piece * plan.m_pad * b.piece_k,
+                    w: blk + (u64::from(piece) * b.piece_stride) as u32,
                     acc,
-                    params: blk + (b.records + rec * b.record_stride) as u32,
-                    rows: l.rows,
-                    out: st.out,
                     m: p.m,
+                    k: b.piece_k,
                     n: st.nt,
-                    accumulate: end > p.group,
+                    accumulate: !k0.is_multiple_of(p.group),
                 });
+                if end.is_multiple_of(p.group) {
+                    compute.push(Instr::EpilogueF32 {
+                        acc,
+                        params: blk + (b.records + rec * b.record_stride) as u32,
+                        rows: l.rows,
+                        out,
+                        m: p.m,
+                        n: st.nt,
+                        accumulate: end > p.group,
+                    });
+                }
+            }
+            if end.is_multiple_of(p.group) {
                 rec += 1;
             }
+        }
+        if plan.kernel == QKernel::Swiglu && st.k0 + st.kt == p.k {
+            // `out = silu(g) · u`, in place in the gate's tile.
+            compute.push(Instr::SiluMul {
+                a: st.out,
+                b: up,
+                out: st.out,
+                len: p.m * st.nt,
+            });
         }
     };
     schedule::emit(&sched, head, dma, compute)
@@ -237,6 +264,17 @@ pub fn emit_qmatmul(
     target: &Target,
     layout: &QMatmulLayout,
 ) -> Result<Program, KernelError> {
+    emit_q(plan, target, layout, QKernel::Matmul)
+}
+
+/// [`emit_qmatmul`] / `emit_qswiglu`: errors unless `plan` is for `kernel`.
+pub(crate) fn emit_q(
+    plan: &QTilePlan,
+    target: &Target,
+    layout: &QMatmulLayout,
+    kernel: QKernel,
+) -> Result<Program, KernelError> {
+    plan_kind(plan, kernel)?;
     let p = &plan.problem;
     let (m, k, n) = (u64::from(p.m), u64::from(p.k), u64::from(p.n));
     fits("activations", layout.xq, u64::from(plan.m_pad) * k)?;
@@ -252,6 +290,25 @@ pub fn emit_qmatmul(
 /// row-major `[K/G, N]`. Channel record `(g, n)` is `(scale[g, n],
 /// Σ_{k in group g} q[k, n])`.
 pub fn pack_qmatmul(plan: &QTilePlan, q: &[i8], scale: &[f32]) -> Result<Vec<u8>, KernelError> {
+    pack_q(plan, &[(q, scale)], QKernel::Matmul)
+}
+
+/// Errors unless `plan` tiles `kernel`.
+fn plan_kind(plan: &QTilePlan, kernel: QKernel) -> Result<(), KernelError> {
+    if plan.kernel == kernel {
+        Ok(())
+    } else {
+        Err(KernelError::Kernel {
+            expected: kernel,
+            got: plan.kernel,
+        })
+    }
+}
+
+/// Per-group column sums of `q` (`[K, N]`), wrapping like the `epi.f32`
+/// correction (a group sum is at most 128·65536 in magnitude, so exact),
+/// after checking the operand counts and the INT4 range.
+fn colsums(plan: &QTilePlan, q: &[i8], scale: &[f32]) -> Result<Vec<i32>, KernelError> {
     let p = &plan.problem;
     let (k, n, g) = (p.k as usize, p.n as usize, p.group as usize);
     if q.len() as u64 != k as u64 * n as u64 {
@@ -269,8 +326,6 @@ pub fn pack_qmatmul(plan: &QTilePlan, q: &[i8], scale: &[f32]) -> Result<Vec<u8>
         });
     }
     check_int4(p.wtype, q)?;
-    // Column sums per group, wrapping like the `epi.f32` correction (a
-    // group sum is at most 128·65536 in magnitude, so exact).
     let mut colsum = vec![0i32; groups * n];
     for (r, row) in q.chunks_exact(n.max(1)).enumerate() {
         let sums = &mut colsum[(r / g) * n..][..n];
@@ -278,6 +333,24 @@ pub fn pack_qmatmul(plan: &QTilePlan, q: &[i8], scale: &[f32]) -> Result<Vec<u8>
             *s = s.wrapping_add(i32::from(v));
         }
     }
+    Ok(colsum)
+}
+
+/// The constants of a `qmatmul` (one `(q, scale)`) or `qswiglu` (gate,
+/// then up) plan: per step, one [`crate::npu::tiler::QBlock`] per matrix,
+/// in the order of `mats`.
+pub(crate) fn pack_q(
+    plan: &QTilePlan,
+    mats: &[(&[i8], &[f32])],
+    kernel: QKernel,
+) -> Result<Vec<u8>, KernelError> {
+    plan_kind(plan, kernel)?;
+    let p = &plan.problem;
+    let (n, g) = (p.n as usize, p.group.max(1) as usize);
+    let sums = mats
+        .iter()
+        .map(|&(q, scale)| colsums(plan, q, scale))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut out = Vec::with_capacity(plan.constant_bytes() as usize);
     for core in &plan.cores {
         for (n0, nt) in tiles(core.n, plan.nt) {
@@ -285,24 +358,26 @@ pub fn pack_qmatmul(plan: &QTilePlan, q: &[i8], scale: &[f32]) -> Result<Vec<u8>
             let cols = col0..col0 + nt as usize;
             for (k0, kt) in tiles(p.k, plan.kt) {
                 let b = plan.block(k0, kt, nt);
-                let start = out.len();
-                for piece in 0..b.pieces {
-                    let r0 = (k0 + piece * b.piece_k) as usize;
-                    let elems = (r0..r0 + b.piece_k as usize)
-                        .flat_map(|r| q[r * n + col0..][..nt as usize].iter().copied());
-                    pack_tile(p.wtype, elems, &mut out);
-                    out.resize(start + (u64::from(piece + 1) * b.piece_stride) as usize, 0);
-                }
-                // The groups ending in the tile start with k0's.
-                for (i, gi) in (k0 as usize / g..).take(b.ends as usize).enumerate() {
-                    for c in cols.clone() {
-                        out.extend_from_slice(&scale[gi * n + c].to_le_bytes());
-                        out.extend_from_slice(&colsum[gi * n + c].to_le_bytes());
+                for (&(q, scale), colsum) in mats.iter().zip(&sums) {
+                    let start = out.len();
+                    for piece in 0..b.pieces {
+                        let r0 = (k0 + piece * b.piece_k) as usize;
+                        let elems = (r0..r0 + b.piece_k as usize)
+                            .flat_map(|r| q[r * n + col0..][..nt as usize].iter().copied());
+                        pack_tile(p.wtype, elems, &mut out);
+                        out.resize(start + (u64::from(piece + 1) * b.piece_stride) as usize, 0);
                     }
-                    let end = b.records + (i as u64 + 1) * b.record_stride;
-                    out.resize(start + end as usize, 0);
+                    // The groups ending in the tile start with k0's.
+                    for (i, gi) in (k0 as usize / g..).take(b.ends as usize).enumerate() {
+                        for c in cols.clone() {
+                            out.extend_from_slice(&scale[gi * n + c].to_le_bytes());
+                            out.extend_from_slice(&colsum[gi * n + c].to_le_bytes());
+                        }
+                        let end = b.records + (i as u64 + 1) * b.record_stride;
+                        out.resize(start + end as usize, 0);
+                    }
+                    debug_assert_eq!((out.len() - start) as u64, b.bytes);
                 }
-                debug_assert_eq!((out.len() - start) as u64, b.bytes);
             }
         }
     }

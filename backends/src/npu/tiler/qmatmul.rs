@@ -1,5 +1,8 @@
 //! Tiling of the `qmatmul` kernel ([`crate::npu::kernels::qmatmul`]):
-//! the weight-stationary matmul schedule with group-wise dequantization.
+//! the weight-stationary matmul schedule with group-wise dequantization,
+//! and of the `qswiglu` kernel ([`crate::npu::kernels::qswiglu`]), the same
+//! schedule with two weight matrices (gate and up, same shape, bits and
+//! group) streaming through each activation panel ([`QKernel`]).
 //!
 //! The same core split, candidate search and cost model as [`super::plan`],
 //! with these differences:
@@ -27,6 +30,16 @@
 //!   (16-byte aligned, read by the compute queue only).
 //! - **cost**: per step the block's and panel's DMA against the pieces'
 //!   `mm` plus one `epi.f32` per group ending in the tile.
+//!
+//! `qswiglu` ([`plan_qswiglu`]) differs only in the per-matrix parts: a
+//! step's constants are the gate's [`QBlock`] followed by the up's (same
+//! geometry), the compute per step and the block bytes double, and a
+//! column tile ends with one `ew.silu_mul`. CBUF: the two f32 output tiles
+//! hold the gate's dequantized sums (and, after `ew.silu_mul` in place,
+//! the result), one more f32 tile holds the up's; the INT32 accumulator
+//! tile is shared by the two matrices when every piece ends a group
+//! (`kt >= G`), a second one is added for the up when K tiles lie inside
+//! a group, and there is none when `K = G`.
 
 use super::{
     candidates, check, round_up, search, set_offsets, split_columns, tiles, weight_tile_bytes,
@@ -121,17 +134,44 @@ pub fn block(wtype: WeightType, group: u32, k0: u32, kt: u32, nt: u32) -> QBlock
     }
 }
 
-/// CBUF byte addresses of the `qmatmul` kernel's buffers.
+/// Which kernel a [`QTilePlan`] tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QKernel {
+    /// `qmatmul`: one weight matrix.
+    Matmul,
+    /// `qswiglu`: gate and up matrices through the same panels, combined
+    /// by `ew.silu_mul`.
+    Swiglu,
+}
+
+impl QKernel {
+    /// Weight matrices per step (1 or 2).
+    pub fn mats(self) -> u32 {
+        match self {
+            QKernel::Matmul => 1,
+            QKernel::Swiglu => 2,
+        }
+    }
+}
+
+/// CBUF byte addresses of the `qmatmul` / `qswiglu` kernel's buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QCbufLayout {
-    /// f32 output tiles, `M × nt` each.
+    /// f32 output tiles, `M × nt` each (`qswiglu`: the gate's sums, then
+    /// the result).
     pub out: [u32; 2],
+    /// `qswiglu`: the up's f32 tile, `M × nt`.
+    pub up: Option<u32>,
+    /// `qswiglu` with K tiles inside a group: the up's INT32 accumulators
+    /// (otherwise the up shares [`QCbufLayout::acc`]).
+    pub up_acc: Option<u32>,
     /// Row records, `M × 8` bytes (right behind the last activation
     /// panel).
     pub rows: u32,
-    /// INT32 accumulators, `M × nt`; `None` when `K = G` (one group): the
-    /// `mm`s accumulate in the column tile's output tile and one `epi.f32`
-    /// converts it in place.
+    /// INT32 accumulators, `M × nt` (`qswiglu`: the gate's, and the up's
+    /// too unless [`QCbufLayout::up_acc`]); `None` when `K = G` (one
+    /// group): the `mm`s accumulate in the column tile's f32 tile (and the
+    /// up tile) and one `epi.f32` per matrix converts it in place.
     pub acc: Option<u32>,
     /// Constant blocks ([`QBlock`]).
     pub block: [u32; 2],
@@ -141,10 +181,12 @@ pub struct QCbufLayout {
     pub banks: u32,
 }
 
-/// A complete tiling of a [`QMatmulProblem`].
+/// A complete tiling of a [`QMatmulProblem`] for one [`QKernel`] (for
+/// `qswiglu` the problem is the shape of each of the two matmuls).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QTilePlan {
     pub problem: QMatmulProblem,
+    pub kernel: QKernel,
     /// K tile: a multiple of the group, or a divisor of it.
     pub kt: u32,
     /// Column tile.
@@ -174,14 +216,19 @@ impl QTilePlan {
         (u64::from(kk) * slot) as u32
     }
 
-    /// Total bytes of the constants (every core's blocks).
+    /// Bytes a step loads: one block per weight matrix, back to back.
+    pub fn step_bytes(&self, k0: u32, kt: u32, nt: u32) -> u64 {
+        self.block(k0, kt, nt).bytes * u64::from(self.kernel.mats())
+    }
+
+    /// Total bytes of the constants (every core's steps).
     pub fn constant_bytes(&self) -> u64 {
         let p = &self.problem;
         self.cores
             .iter()
             .flat_map(|c| tiles(c.n, self.nt))
             .flat_map(|(_, nt)| tiles(p.k, self.kt).map(move |(k0, kt)| (k0, kt, nt)))
-            .map(|(k0, kt, nt)| self.block(k0, kt, nt).bytes)
+            .map(|(k0, kt, nt)| self.step_bytes(k0, kt, nt))
             .sum()
     }
 }
@@ -209,9 +256,11 @@ fn k_candidates(k: u32, group: u32) -> Vec<u32> {
     v
 }
 
+#[allow(clippy::too_many_arguments)]
 fn q_layout(
     t: &Target,
     plan: &QMatmulProblem,
+    kernel: QKernel,
     m_pad: u32,
     mode: Activations,
     kt: u32,
@@ -221,18 +270,26 @@ fn q_layout(
     let banks = |bytes: u64| bytes.div_ceil(bank);
     let m = u64::from(plan.m);
     let tile = m * u64::from(nt) * 4;
-    // One group: the `mm`s accumulate in the output tile itself and one
-    // `epi.f32` converts it in place.
+    let mats = u64::from(kernel.mats());
+    // One group: the `mm`s accumulate in the f32 tiles themselves and one
+    // `epi.f32` per matrix converts them in place.
     let single = plan.k == plan.group;
     let acc = if single { 0 } else { banks(tile) };
+    // The up needs its own accumulators only while a group spans K tiles.
+    let up_acc = if mats == 2 && !single && kt < plan.group {
+        acc
+    } else {
+        0
+    };
     let out = banks(tile);
+    let up = if mats == 2 { out } else { 0 };
     let blk = tiles(plan.k, kt)
         .map(|(k0, ktile)| block(plan.wtype, plan.group, k0, ktile, nt).bytes)
         .max()
         .unwrap_or(0);
-    let blk = banks(blk);
+    let blk = banks(blk * mats);
     let slot = round_up(u64::from(m_pad) * u64::from(kt), 16);
-    let fixed = 2 * out + acc + 2 * blk;
+    let fixed = 2 * out + up + acc + up_acc + 2 * blk;
     // The row records follow the last panel (in its last bank when they
     // fit there).
     let (a1, rows) = match mode {
@@ -247,11 +304,14 @@ fn q_layout(
         return None;
     }
     let at = |b: u64| (b * bank) as u32;
+    let b0 = 2 * out + up + acc + up_acc;
     Some(QCbufLayout {
         out: [at(0), at(out)],
+        up: (up > 0).then(|| at(2 * out)),
+        up_acc: (up_acc > 0).then(|| at(2 * out + up + acc)),
         rows: rows as u32,
-        acc: (!single).then(|| at(2 * out)),
-        block: [at(2 * out + acc), at(2 * out + acc + blk)],
+        acc: (!single).then(|| at(2 * out + up)),
+        block: [at(b0), at(b0 + blk)],
         a: [at(fixed), at(a1)],
         banks: used as u32,
     })
@@ -261,6 +321,19 @@ fn q_layout(
 /// placement of `p` on `t` (module docs). Errors on a `group` that does
 /// not divide `K` or is 0, and as [`super::plan`].
 pub fn plan_qmatmul(p: &QMatmulProblem, t: &Target) -> Result<QTilePlan, TileError> {
+    plan_q(p, t, QKernel::Matmul)
+}
+
+/// [`plan_qmatmul`] for the `qswiglu` kernel: `p` is the shape of each of
+/// the two matmuls (gate and up: `[K, N]`, same bits and group); the
+/// tiles, split and search are the same with two blocks per step, twice
+/// the compute per step, one `ew.silu_mul` per column tile and the
+/// `qswiglu` CBUF placement (module docs).
+pub fn plan_qswiglu(p: &QMatmulProblem, t: &Target) -> Result<QTilePlan, TileError> {
+    plan_q(p, t, QKernel::Swiglu)
+}
+
+fn plan_q(p: &QMatmulProblem, t: &Target, kernel: QKernel) -> Result<QTilePlan, TileError> {
     let mp = p.matmul();
     check(&mp, t)?;
     if p.group == 0 || !p.k.is_multiple_of(p.group) {
@@ -279,6 +352,7 @@ pub fn plan_qmatmul(p: &QMatmulProblem, t: &Target) -> Result<QTilePlan, TileErr
         kind: Kind::Dequant {
             group: p.group,
             m_pad,
+            mats: kernel.mats(),
         },
     };
     let kts = k_candidates(p.k, p.group);
@@ -290,13 +364,14 @@ pub fn plan_qmatmul(p: &QMatmulProblem, t: &Target) -> Result<QTilePlan, TileErr
         layout,
         estimate,
     } = search(&mp, widest, &kts, &nts, &costs, |mode, kt, nt| {
-        q_layout(t, p, m_pad, mode, kt, nt)
+        q_layout(t, p, kernel, m_pad, mode, kt, nt)
     })?;
     set_offsets(&mut cores, p.k, kt, nt, |k0, kt, nt| {
-        block(p.wtype, p.group, k0, kt, nt).bytes
+        block(p.wtype, p.group, k0, kt, nt).bytes * u64::from(kernel.mats())
     });
     Ok(QTilePlan {
         problem: *p,
+        kernel,
         kt,
         nt,
         m_pad,
@@ -342,6 +417,26 @@ mod tests {
         }
     }
 
+    /// `qswiglu` on the MLP shape (gate and up `1536 × 8960` each): the
+    /// same targets, the roofline counting both matrices.
+    #[test]
+    fn qwen2_swiglu_estimates_meet_targets() {
+        let t = Target::rk3588();
+        let (k, n) = (1536, 8960);
+        for (wtype, g, bits) in [(WeightType::I8, k, 8), (WeightType::I4, 128, 4)] {
+            let gemv = plan_qswiglu(&problem(1, k, n, wtype, g), &t).unwrap();
+            let bytes = 2.0
+                * (f64::from(k) * f64::from(n) * f64::from(bits) / 8.0
+                    + 4.0 * f64::from(k / g) * f64::from(n));
+            let ideal = bytes * t.clock_hz as f64 / t.ddr_bytes_per_sec as f64;
+            assert!(ideal / gemv.estimate.cycles as f64 >= 0.8, "{gemv:?}");
+            let pre = plan_qswiglu(&problem(128, k, n, wtype, g), &t).unwrap();
+            let macs = 2.0 * 128.0 * f64::from(k) * f64::from(n);
+            let cap = pre.estimate.cycles as f64 * f64::from(t.macs_per_cycle * t.cores);
+            assert!(macs / cap >= 0.6, "{pre:?}");
+        }
+    }
+
     #[test]
     fn tiles_respect_groups_and_fit() {
         let t = Target::rk3588();
@@ -352,17 +447,26 @@ mod tests {
             (5, 96, 7, 32),
             (200, 4096, 64, 128),
         ] {
-            for wtype in [WeightType::I8, WeightType::I4] {
-                let p = plan_qmatmul(&problem(m, k, n, wtype, g), &t).unwrap();
+            for (wtype, planner) in [
+                (WeightType::I8, plan_qmatmul as fn(&_, &_) -> _),
+                (WeightType::I4, plan_qmatmul),
+                (WeightType::I8, plan_qswiglu),
+                (WeightType::I4, plan_qswiglu),
+            ] {
+                let p: QTilePlan = planner(&problem(m, k, n, wtype, g), &t).unwrap();
                 assert!(p.kt.is_multiple_of(g) || g.is_multiple_of(p.kt), "{p:?}");
                 assert!(p.layout.banks <= t.cbuf_banks);
                 assert_eq!(p.m_pad * g % 16, 0);
                 let last = p.cores.last().unwrap();
                 let per_core: u64 = tiles(last.n, p.nt)
                     .flat_map(|(_, nt)| tiles(k, p.kt).map(move |(k0, kt)| (k0, kt, nt)))
-                    .map(|(k0, kt, nt)| p.block(k0, kt, nt).bytes)
+                    .map(|(k0, kt, nt)| p.step_bytes(k0, kt, nt))
                     .sum();
                 assert_eq!(last.w_offset + per_core, p.constant_bytes());
+                let l = &p.layout;
+                let swiglu = p.kernel == QKernel::Swiglu;
+                assert_eq!(l.up.is_some(), swiglu);
+                assert_eq!(l.up_acc.is_some(), swiglu && k != g && p.kt < g);
                 // Every group's records appear exactly once per column tile.
                 let ends: u32 = tiles(k, p.kt)
                     .map(|(k0, kt)| p.block(k0, kt, 16).ends)
