@@ -161,7 +161,8 @@ pub struct RunArgs {
     /// An ONNX model, textual IR (`.slm`, with its weights file), or a
     /// package (`.slmpkg`, from `slmcc compile`).
     pub model: PathBuf,
-    /// Where to run [default: reference; cpu for a package].
+    /// Where to run [default: reference; for a package its target: cpu,
+    /// or npu-sim for rk3588].
     #[arg(long, value_name = "reference|cpu|npu-sim")]
     pub backend: Option<String>,
     /// Quantize the model's weights first (not for packages).
@@ -216,8 +217,8 @@ pub struct GenerateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Where to run [default: cpu].
-    #[arg(long, value_name = "reference|cpu")]
+    /// Where to run [default: cpu; npu-sim for an rk3588 package].
+    #[arg(long, value_name = "reference|cpu|npu-sim")]
     pub backend: Option<String>,
     /// Quantize the model's weights first (not for packages).
     #[command(flatten)]

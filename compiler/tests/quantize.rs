@@ -8,6 +8,7 @@ mod common;
 use common::{repo, run_pipeline, slmcc, stderr};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{DType, Module, Op, Tensor};
+use slmcc_passes::transforms::partition::{place, Device};
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::jit::run_graph_jit;
 use slmcc_runtime::npu::run_graph_npu_sim;
@@ -111,7 +112,7 @@ fn report(options: &str, tol: f64) -> Measured {
 // activations are quantized per token to 8 bits as well (w8a8), and the
 // errors of every quantized projection in both layers add up in the
 // residual stream before the f32 LM head. The tolerances are the measured
-// errors with about 2x margin. Four bits keep 15 levels per group, so each
+// errors with about 1.5x margin. Four bits keep 15 levels per group, so each
 // weight carries up to max|w|/14 of error: int4 logits move by tens of
 // percent here, which says the test model is untrained, not that the
 // arithmetic is off (the op's exactness is tested on hand-computed cases).
@@ -190,9 +191,10 @@ fn jit_runs_the_quantized_model_like_the_reference() {
     }
 }
 
-/// The NPU kernels on the simulator compute `qmatmul` bit for bit as the
-/// reference: with the rest of the graph on the same JIT, `npu-sim` and
-/// `cpu` give the same logits, and in exact mode both equal the reference.
+/// The NPU kernels on the simulator compute `qmatmul` and `qswiglu` bit
+/// for bit as the reference: in exact mode `npu-sim`, `cpu` and the
+/// reference give the same logits; with the default cpu options (vector
+/// exp in the cpu SiLU) `npu-sim` stays within `TOL_JIT_DEFAULT` of `cpu`.
 #[test]
 fn npu_sim_runs_the_quantized_model_bit_exactly() {
     let inputs = seq11();
@@ -207,23 +209,31 @@ fn npu_sim_runs_the_quantized_model_bit_exactly() {
                 .unwrap_or_else(|e| panic!("{options}: npu-sim: {e}"));
             let cpu = run_graph_jit(&m, g, &inputs, &Capture::Nothing, &o).unwrap();
             let records = records.borrow();
-            assert_eq!(records.len(), 14, "{options}: every qmatmul on the NPU");
+            // The 10 `qmatmul`s (q, k, v, o, down of both layers) and what
+            // else `partition` puts on the NPU (the MLPs are `qswiglu`s).
+            let npu = place(g).iter().filter(|p| p.device == Device::Npu).count();
+            assert!(npu >= 10, "{options}: {npu} nodes on the NPU");
+            assert_eq!(records.len(), npu, "{options}: every NPU node on the NPU");
             assert!(records.values().all(|r| r.calls == 1 && r.last.macs > 0));
-            assert!(
-                bits(&got.outputs[0].1) == bits(&cpu.outputs[0].1),
-                "{options}: npu-sim differs from cpu"
-            );
             if o == CpuOptions::exact() {
+                assert!(
+                    bits(&got.outputs[0].1) == bits(&cpu.outputs[0].1),
+                    "{options}: npu-sim differs from cpu"
+                );
                 assert!(
                     bits(&got.outputs[0].1) == bits(&want.outputs[0].1),
                     "{options}: npu-sim (exact) differs from the reference"
                 );
+            } else {
+                // The default cpu kernels' SiLU uses the vector exp (within
+                // 1e-6 of libm's); the NPU's vector unit is exact.
+                let d = diff(&got.outputs[0].1, &cpu.outputs[0].1).unwrap();
+                assert!(d.max_rel < TOL_JIT_DEFAULT, "{options}: {}", d.max_rel);
             }
         }
     }
 }
 
-/// w8a8, measured 2.3e-2 (top-1 agrees on 11 of 11 tokens).
 /// `slmcc opt -o` writes the quantized weights beside the output, and the
 /// written module loads back with them (quantizing again changes nothing).
 #[test]
@@ -251,10 +261,12 @@ fn opt_writes_the_quantized_weights() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// w8a8, measured 3.5e-2 (top-1 agrees on 11 of 11 tokens; the MLPs are
+/// quantized too since `qswiglu`).
 const TOL_INT8: f64 = 5e-2;
 /// The default JIT options against the reference on a quantized model.
 const TOL_JIT_DEFAULT: f64 = 1e-6;
-/// w4a8 with groups of 16 rows, measured 0.22 (8 of 11 tokens).
+/// w4a8 with groups of 16 rows, measured 0.29 (9 of 11 tokens).
 const TOL_INT4_G16: f64 = 0.4;
-/// w4a8 per output channel, measured 0.26 (6 of 11 tokens).
+/// w4a8 per output channel, measured 0.33 (6 of 11 tokens).
 const TOL_INT4_CHANNEL: f64 = 0.5;

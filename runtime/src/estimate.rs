@@ -179,7 +179,7 @@ fn cpu_work(g: &Graph, i: usize, o: &EstimateOptions) -> (f64, f64) {
         .map(|&v| bytes_of(g, v) as f64)
         .sum();
     let flops = match &node.op {
-        Op::MatMul(_) | Op::QMatMul(_) => 2.0 * macs(g, i) as f64,
+        Op::MatMul(_) | Op::QMatMul(_) | Op::QSwiGlu(_) => 2.0 * macs(g, i) as f64,
         Op::Glu(_) => {
             let (w, x) = (shape_of(g, node.inputs[1]), shape_of(g, node.inputs[0]));
             let rows = x.iter().rev().skip(1).product::<usize>() as f64;

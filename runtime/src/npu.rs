@@ -1,5 +1,5 @@
 //! The NPU part of a graph: the kernels of the nodes the `partition` pass
-//! places on the NPU, built from the nodes' static shapes and weights, and
+//! places on the NPU (`qmatmul`, `qswiglu`), built from the nodes' static shapes and weights, and
 //! run on the simulator behind the executor's [`KernelSet`] interface, with
 //! every other node on the Cranelift CPU kernels (`--backend npu-sim`).
 //!
@@ -20,7 +20,8 @@ use slmcc_backends::npu::isa::WeightType;
 use slmcc_backends::npu::kernels::qmatmul::{
     emit_qmatmul, pack_qmatmul, quantize_rows, QMatmulLayout, RowParams,
 };
-use slmcc_backends::npu::tiler::{plan_qmatmul, QMatmulProblem, QTilePlan};
+use slmcc_backends::npu::kernels::qswiglu::{emit_qswiglu, pack_qswiglu};
+use slmcc_backends::npu::tiler::{plan_qmatmul, plan_qswiglu, QMatmulProblem, QTilePlan};
 use slmcc_backends::npu::{Program, Target};
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, Op, OpDef, Tensor, ValueDef};
@@ -42,16 +43,22 @@ pub struct NpuNode {
     pub program: Program,
 }
 
-/// The kernel of `qmatmul` node `node` of `g` (static shapes: a bucket
-/// graph) for `target`.
+/// The kernel of `qmatmul` or `qswiglu` node `node` of `g` (static
+/// shapes: a bucket graph) for `target`. A `qswiglu` by one fused
+/// `[K, 2·N]` gate_up weight gets the two-weight kernel of `N` columns (its
+/// weight is split when packed).
 pub fn plan_node(g: &Graph, node: usize, target: &Target) -> Result<NpuNode, String> {
     let n = &g.nodes[node];
-    let Op::QMatMul(op) = n.op else {
-        return Err(format!(
-            "node {}: no NPU kernel for `{}`",
-            node_label(g, node),
-            n.op.mnemonic()
-        ));
+    let (bits, group, swiglu) = match n.op {
+        Op::QMatMul(op) => (op.bits, op.group, false),
+        Op::QSwiGlu(op) => (op.bits, op.group, true),
+        _ => {
+            return Err(format!(
+                "node {}: no NPU kernel for `{}`",
+                node_label(g, node),
+                n.op.mnemonic()
+            ))
+        }
     };
     let at = |e: &dyn std::fmt::Display| format!("node {}: {e}", node_label(g, node));
     let x = g
@@ -68,20 +75,31 @@ pub fn plan_node(g: &Graph, node: usize, target: &Target) -> Result<NpuNode, Str
     let m: usize = rows.iter().product();
     let narrow =
         |v: usize, what: &str| u32::try_from(v).map_err(|_| at(&format!("{what} too large")));
+    let cols = match (swiglu, n.inputs.len()) {
+        (true, 3) => w[1] / 2,
+        _ => w[1],
+    };
     let problem = QMatmulProblem {
         m: narrow(m, "rows")?,
         k: narrow(k, "K")?,
-        n: narrow(w[1], "N")?,
-        wtype: if op.bits == 4 {
+        n: narrow(cols, "N")?,
+        wtype: if bits == 4 {
             WeightType::I4
         } else {
             WeightType::I8
         },
-        group: narrow(op.group as usize, "group")?,
+        group: narrow(group as usize, "group")?,
     };
-    let plan = plan_qmatmul(&problem, target).map_err(|e| at(&e))?;
-    let layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
-    let program = emit_qmatmul(&plan, target, &layout).map_err(|e| at(&e))?;
+    let (plan, program, layout);
+    if swiglu {
+        plan = plan_qswiglu(&problem, target).map_err(|e| at(&e))?;
+        layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
+        program = emit_qswiglu(&plan, target, &layout).map_err(|e| at(&e))?;
+    } else {
+        plan = plan_qmatmul(&problem, target).map_err(|e| at(&e))?;
+        layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
+        program = emit_qmatmul(&plan, target, &layout).map_err(|e| at(&e))?;
+    }
     Ok(NpuNode {
         node,
         plan,
@@ -197,11 +215,27 @@ fn load_node(
     target: &Target,
 ) -> Result<LoadedNode, String> {
     let n = &g.nodes[node.node];
-    let q = weight_data(module, g, n.inputs[1])?;
-    let scale = weight_data(module, g, n.inputs[2])?;
-    let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
-    let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
-    let consts = pack_qmatmul(&node.plan, &q, &scale).map_err(|e| e.to_string())?;
+    let mut weights = Vec::new();
+    for pair in n.inputs[1..].chunks(2) {
+        let q = weight_data(module, g, pair[0])?;
+        let scale = weight_data(module, g, pair[1])?;
+        let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
+        let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
+        weights.push((q, scale));
+    }
+    let consts = match (n.op.mnemonic(), &weights[..]) {
+        ("qswiglu", [(gq, gs), (uq, us)]) => pack_qswiglu(&node.plan, gq, gs, uq, us),
+        ("qswiglu", [(q, s)]) => {
+            // The fused gate_up weight: gate is the first half of the columns.
+            let half = node.plan.problem.n as usize;
+            let (gq, uq) = split_columns(q, half);
+            let (gs, us) = split_columns(s, half);
+            pack_qswiglu(&node.plan, &gq, &gs, &uq, &us)
+        }
+        (_, [(q, s)]) => pack_qmatmul(&node.plan, q, s),
+        _ => return Err(format!("{} weight operands", weights.len())),
+    }
+    .map_err(|e| e.to_string())?;
     let mut ddr = vec![0u8; node.layout.total as usize];
     ddr[node.layout.consts as usize..][..consts.len()].copy_from_slice(&consts);
     let p = node.plan.problem;
@@ -213,6 +247,19 @@ fn load_node(
         sim: NpuSim::new(target.clone(), ddr),
         node,
     })
+}
+
+/// The left and right `half` columns of a row-major `[rows, 2·half]` matrix.
+fn split_columns<T: Copy>(m: &[T], half: usize) -> (Vec<T>, Vec<T>) {
+    let (mut l, mut r) = (
+        Vec::with_capacity(m.len() / 2),
+        Vec::with_capacity(m.len() / 2),
+    );
+    for row in m.chunks_exact(2 * half) {
+        l.extend_from_slice(&row[..half]);
+        r.extend_from_slice(&row[half..]);
+    }
+    (l, r)
 }
 
 impl LoadedNode {
@@ -308,13 +355,15 @@ pub fn run_graph_npu_sim(
             let mut loaded = load_node(special, g, node, target)
                 .map_err(|e| format!("node {}: {e}", node_label(g, i)))?;
             let records = records.clone();
+            // The kernel ABI's buffers: the operands, then the result.
+            let result = g.nodes[i].inputs.len();
             exec.override_node(
                 i,
                 Box::new(move |ptrs: &[*mut u8]| {
                     // SAFETY: the cpu executor passes the node's buffers
-                    // (operands x, q, scale, then the result), each sized
-                    // and 16-byte aligned for its static type.
-                    unsafe { loaded.call_raw(ptrs[0], ptrs[3], &records) }.map_err(|e| e.0)
+                    // (operands x and the weights, then the result), each
+                    // sized and 16-byte aligned for its static type.
+                    unsafe { loaded.call_raw(ptrs[0], ptrs[result], &records) }.map_err(|e| e.0)
                 }),
             );
         }

@@ -20,7 +20,7 @@ use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npy;
 use slmcc_runtime::sample::{Sampler, Sampling};
 
-use super::load::{load_module, npu_sim_kernels, rk3588_package, Backend};
+use super::load::{default_backend, load_module, npu_sim_kernels, rk3588_package, Backend};
 use super::tokenize::Tokenizer;
 use crate::cli::GenerateArgs;
 use crate::exit::CmdResult;
@@ -29,7 +29,10 @@ use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
     slmcc_backends::cpu::set_threads(args.threads.into());
-    let backend = Backend::parse(args.backend.as_deref().unwrap_or("cpu"))?;
+    let backend = match args.backend.as_deref() {
+        Some(b) => Backend::parse(b)?,
+        None => Backend::parse(default_backend(&args.model, "cpu")?)?,
+    };
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,

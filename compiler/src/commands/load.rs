@@ -121,6 +121,19 @@ pub fn execute(
     }
 }
 
+/// The backend a model runs on unless `--backend` says otherwise: a
+/// package on its target (`npu-sim` for rk3588: its NPU on the simulator,
+/// `cpu` otherwise), any other model on `otherwise`.
+pub fn default_backend(path: &Path, otherwise: &'static str) -> anyhow::Result<&'static str> {
+    if path.extension().is_none_or(|e| e != "slmpkg") {
+        return Ok(otherwise);
+    }
+    Ok(match rk3588_package(path)? {
+        Some(_) => "npu-sim",
+        None => "cpu",
+    })
+}
+
 /// The package at `path` when it is a `--target rk3588` package (whose
 /// stored NPU programs `npu-sim` runs), else `None`.
 pub fn rk3588_package(path: &Path) -> anyhow::Result<Option<Package>> {

@@ -17,18 +17,19 @@ use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    entry_graph, execute, load_module, log_npu_records, npu_sim_kernels, prepare_quantized,
-    read_tensor, rk3588_package, Backend,
+    default_backend, entry_graph, execute, load_module, log_npu_records, npu_sim_kernels,
+    prepare_quantized, read_tensor, rk3588_package, Backend,
 };
 use crate::cli::RunArgs;
 use crate::exit::CmdResult;
 
 pub fn run(args: RunArgs) -> CmdResult {
     slmcc_backends::cpu::set_threads(args.threads.into());
-    // A package runs on its target (cpu) unless told otherwise.
     let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
-    let default_backend = if is_package { "cpu" } else { "reference" };
-    let backend = Backend::parse(args.backend.as_deref().unwrap_or(default_backend))?;
+    let backend = match args.backend.as_deref() {
+        Some(b) => Backend::parse(b)?,
+        None => Backend::parse(default_backend(&args.model, "reference")?)?,
+    };
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for spec in &args.input {
         let Some((name, file)) = spec.split_once('=') else {

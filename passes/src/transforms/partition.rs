@@ -7,9 +7,10 @@
 //! [`place`] on the same graph to emit and to run the NPU kernels, so the
 //! three can never disagree. The IR carries no placement of its own.
 //!
-//! What the NPU takes in this version: `qmatmul` (INT8 or INT4 weights,
-//! INT8 activations per token) with a static `K` and `N` and at most 4096
-//! rows, through the weight-stationary kernel of `backends::npu`. The rules
+//! What the NPU takes in this version: `qmatmul` and `qswiglu` (INT8 or
+//! INT4 weights, INT8 activations per token) with static weights and at
+//! most 4096 rows, through the weight-stationary kernels of
+//! `backends::npu`. The rules
 //! for everything else say why it stays on the CPU: `f32` weights (the LM
 //! head the `quantize` pass keeps), ops without an NPU kernel yet
 //! (attention, norms, RoPE, the gate arithmetic), and the shape and
@@ -70,17 +71,22 @@ pub fn place(g: &Graph) -> Vec<Placement> {
 fn place_node(g: &Graph, i: usize) -> Placement {
     let node = &g.nodes[i];
     match &node.op {
-        Op::QMatMul(_) => {
+        Op::QMatMul(_) | Op::QSwiGlu(_) => {
+            let what = if matches!(node.op, Op::QSwiGlu(_)) {
+                "quantized SwiGLU MLP: weight-stationary kernel, gate and up on one panel, SiLU·up on the vector unit"
+            } else {
+                "quantized matmul: weight-stationary INT8/INT4 kernel"
+            };
             let w = g.ty(node.inputs[1]);
             let Some(rows) = rows(g, i) else {
-                return Placement::npu("quantized matmul (rows fixed per bucket)");
+                return Placement::npu(what);
             };
             if w.shape.as_fixed().is_none() {
-                Placement::cpu("quantized matmul with a weight of symbolic shape")
+                Placement::cpu("quantized weights of symbolic shape")
             } else if rows > NPU_MAX_ROWS {
-                Placement::cpu("quantized matmul of more than 4096 rows")
+                Placement::cpu("more than 4096 rows for one NPU matmul")
             } else {
-                Placement::npu("quantized matmul: weight-stationary INT8/INT4 kernel")
+                Placement::npu(what)
             }
         }
         Op::MatMul(_) => Placement::cpu(
@@ -115,17 +121,20 @@ fn rows(g: &Graph, i: usize) -> Option<u64> {
 }
 
 /// Multiply-accumulates of a matmul-like node with static shapes
-/// (`rows · K · N`), else 0.
+/// (`rows · K · N`, summed over both products of a `qswiglu`), else 0.
 pub fn macs(g: &Graph, i: usize) -> u64 {
     let node = &g.nodes[i];
-    if !matches!(node.op, Op::QMatMul(_) | Op::MatMul(_)) || node.inputs.len() < 2 {
+    if !matches!(node.op, Op::QMatMul(_) | Op::MatMul(_) | Op::QSwiGlu(_)) || node.inputs.len() < 2
+    {
         return 0;
     }
     let (Some(rows), Some(w)) = (rows(g, i), g.ty(node.inputs[1]).shape.as_fixed()) else {
         return 0;
     };
+    // `qswiglu` by two weights (gate, up: 5 operands) does both products.
+    let weights = if node.inputs.len() == 5 { 2 } else { 1 };
     match w[..] {
-        [k, n] => rows * (k * n) as u64,
+        [k, n] => weights * rows * (k * n) as u64,
         _ => 0,
     }
 }
