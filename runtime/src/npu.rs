@@ -1,7 +1,8 @@
 //! The NPU part of a graph: the kernels of the nodes the `partition` pass
-//! places on the NPU (`qmatmul`, `qswiglu`), built from the nodes' static shapes and weights, and
-//! run on the simulator behind the executor's [`KernelSet`] interface, with
-//! every other node on the Cranelift CPU kernels (`--backend npu-sim`).
+//! places on the NPU (`qmatmul`, `qswiglu`), built from the nodes' static
+//! shapes and weights, and run on the simulator behind the executor's
+//! [`KernelSet`] interface, with every other node on the Cranelift CPU
+//! kernels (`--backend npu-sim`).
 //!
 //! [`plan_node`] gives a node's tile plan, DDR image layout and program
 //! without touching weights (what the compiler stores, `slmcc report`
@@ -9,7 +10,7 @@
 //! one DDR image per kernel at load. A call then quantizes the activation
 //! rows on the CPU ([`quantize_rows`], the op's steps 1–4), writes them and
 //! their row records into the image, runs the program on the simulator and
-//! reads the f32 result: bit for bit the reference `qmatmul`.
+//! reads the f32 result: bit for bit the reference `qmatmul` / `qswiglu`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

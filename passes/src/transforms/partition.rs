@@ -16,7 +16,7 @@
 //! (attention, norms, RoPE, the gate arithmetic), and the shape and
 //! data-movement ops that have no arithmetic to speak of.
 
-use slmcc_ir::{Graph, Module, Op};
+use slmcc_ir::{Graph, Module, Op, ValueDef};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
@@ -78,12 +78,17 @@ fn place_node(g: &Graph, i: usize) -> Placement {
                 "quantized matmul: weight-stationary INT8/INT4 kernel"
             };
             let w = g.ty(node.inputs[1]);
-            let Some(rows) = rows(g, i) else {
-                return Placement::npu(what);
-            };
-            if w.shape.as_fixed().is_none() {
+            let rows = rows(g, i);
+            let packed = node.inputs[1..]
+                .iter()
+                .all(|&v| matches!(g.value(v).def, ValueDef::Weight(_)));
+            if !packed {
+                Placement::cpu(
+                    "quantized weights computed at run time (the NPU packs weights at load)",
+                )
+            } else if w.shape.as_fixed().is_none() {
                 Placement::cpu("quantized weights of symbolic shape")
-            } else if rows > NPU_MAX_ROWS {
+            } else if rows.is_some_and(|r| r > NPU_MAX_ROWS) {
                 Placement::cpu("more than 4096 rows for one NPU matmul")
             } else {
                 Placement::npu(what)
@@ -232,5 +237,22 @@ mod tests {
         pass.target = "hexagon".into();
         let e = pass.run(&mut m, &mut stats).unwrap_err().to_string();
         assert!(e.contains("valid: rk3588"), "{e}");
+    }
+
+    #[test]
+    fn weights_computed_at_run_time_stay_on_the_cpu() {
+        let m = parse_module(
+            "module @m {
+  graph @main(%x: f32[2, 4], %q: i8[4, 3], %s: f32[1, 3]) -> (f32[2, 3]) {
+    %h = qmatmul %x, %q, %s {bits = 8, group = 4} : f32[2, 3]
+    return %h
+  }
+}
+",
+        )
+        .unwrap();
+        let p = place(&m.graphs[0]);
+        assert_eq!(p[0].device, Device::Cpu);
+        assert!(p[0].reason.contains("run time"), "{}", p[0].reason);
     }
 }
