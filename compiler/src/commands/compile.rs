@@ -297,6 +297,13 @@ pub fn run(args: CompileArgs) -> CmdResult {
         }
         if choice.npu {
             entry.npu = npu_programs(g).map_err(|e| at(&e))?;
+            if entry.npu.is_empty() {
+                tracing::warn!(
+                    "graph @{name}: no node runs on the NPU (it multiplies quantized weights only; \
+                     --quant {} quantizes none)",
+                    choice.quant.name()
+                );
+            }
         }
         codegen_ms.push(ms(t));
         buckets.push(entry);
