@@ -1,10 +1,12 @@
 //! `slmcc compile`: a model into a deployable package (`.slmpkg`).
 //!
-//! Import, run the target's pipeline (fusion, bucket specialisation, memory
-//! planning), check that every node of every bucket lowers on the cpu
-//! backend (compiling it: JIT for the host, an aarch64 object for the
-//! board), then write the package ([`slmcc_runtime::package`]) through a
-//! temporary file renamed into place. Nothing in the package depends on
+//! Import, run the target's pipeline (fusion, quantization with `--quant`,
+//! bucket specialisation, memory planning; for `--target rk3588` also the
+//! `partition` pass), check that every node of every bucket lowers on the
+//! cpu backend (compiling it: JIT for the host, an aarch64 object for the
+//! board), emit the NPU program of every node placed on the NPU (rk3588),
+//! then write the package ([`slmcc_runtime::package`]) through a temporary
+//! file renamed into place. Nothing in the package depends on
 //! when or where it was built: the same model and options give the same
 //! bytes.
 
@@ -269,8 +271,9 @@ pub fn run(args: CompileArgs) -> CmdResult {
         let t = Instant::now();
         let cannot = |e: &dyn std::fmt::Display| {
             anyhow!(
-                "{}: cannot compile for --target cpu --cpu {}: {e}",
+                "{}: cannot compile for --target {} --cpu {}: {e}",
                 model.display(),
+                args.target,
                 choice.cpu_name
             )
         };
@@ -299,8 +302,8 @@ pub fn run(args: CompileArgs) -> CmdResult {
             entry.npu = npu_programs(g).map_err(|e| at(&e))?;
             if entry.npu.is_empty() {
                 tracing::warn!(
-                    "graph @{name}: no node runs on the NPU (it multiplies quantized weights only; \
-                     --quant {} quantizes none)",
+                    "graph @{name}: no node runs on the NPU (it takes the quantized matmuls \
+                     and MLPs; here --quant {})",
                     choice.quant.name()
                 );
             }
