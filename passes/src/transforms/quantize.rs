@@ -78,12 +78,11 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// (the weights region changed): plan again after this pass.
 ///
 /// Requires: a verified module whose quantized weights have data loaded.
-/// Fails, naming the graph and
-/// node, otherwise. Guarantees: a module that verifies; graph signatures
-/// unchanged. Statistics: `matmuls-quantized`, `matmuls-kept` (weight
-/// matmuls left in `f32`), `glus-fused` (`swiglu`s made `qswiglu`),
-/// `glus-split`, `glus-kept`, `weight-bytes-before`,
-/// `weight-bytes-after` (all module weights).
+/// Fails, naming the graph and node, otherwise. Guarantees: a module that
+/// verifies; graph signatures unchanged. Statistics: `matmuls-quantized`,
+/// `matmuls-kept` (weight matmuls left in `f32`), `glus-fused` (`swiglu`s
+/// made `qswiglu`), `glus-split`, `glus-kept`, `groups-narrowed`,
+/// `weight-bytes-before`, `weight-bytes-after` (all module weights).
 pub struct Quantize {
     weights: String,
     group: i64,
