@@ -19,7 +19,7 @@ use slmcc_ir::{Graph, Op, OpDef};
 use slmcc_passes::transforms::partition::{macs, place, Device};
 
 use crate::npu::plan_node;
-use crate::npu_sim::NpuSim;
+use crate::npu_sim::{npu_utilisation, NpuSim};
 
 /// The board's CPU side, as the estimate models it.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,12 +101,7 @@ impl GraphEstimate {
         let npu = || self.nodes.iter().filter(|n| n.device == Device::Npu);
         let cycles: u64 = npu().map(|n| n.cycles).sum();
         let macs: u64 = npu().map(|n| n.macs).sum();
-        let peak = cycles as f64 * f64::from(t.macs_per_cycle) * f64::from(t.cores);
-        if peak > 0.0 {
-            macs as f64 / peak
-        } else {
-            0.0
-        }
+        npu_utilisation(t, macs, cycles)
     }
 
     /// Nodes grouped by device, op and shapes, in first-seen order:
@@ -256,8 +251,10 @@ pub fn estimate_graph(
                 let npu = stats.cycles as f64 / target.clock_hz as f64;
                 // The activations quantized on the CPU first: f32 in, INT8
                 // and the row records out.
+                // About 4 FLOPs per element (min/max, scale, round), and
+                // the f32 read plus the INT8 write: 1.25 × the f32 bytes.
                 let x = bytes_of(g, node.inputs[0]) as f64;
-                let quantize = cpu.seconds(4.0 * x / 4.0, x * 1.25);
+                let quantize = cpu.seconds(x, x * 1.25);
                 nodes.push(NodeEstimate {
                     node: i,
                     op,

@@ -15,6 +15,7 @@ use slmcc_ir::Module;
 use slmcc_passes::transforms::partition::Device;
 use slmcc_runtime::estimate::{estimate_graph, BoardCpu, EstimateOptions, GraphEstimate};
 use slmcc_runtime::npu::plan_graph;
+use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::Package;
 
 /// The bucket graphs of `m` with their sizes, smallest first.
@@ -39,8 +40,7 @@ fn table(e: &GraphEstimate, out: &mut String) {
     groups.sort_by(|a, b| b.0.seconds.total_cmp(&a.0.seconds));
     for (g, count) in groups {
         let util = if g.device == Device::Npu && g.cycles > 0 {
-            let peak = g.cycles as f64 * f64::from(t.macs_per_cycle) * f64::from(t.cores);
-            format!("{:.0}%", 100.0 * g.macs as f64 / peak)
+            format!("{:.0}%", 100.0 * npu_utilisation(&t, g.macs, g.cycles))
         } else {
             String::new()
         };

@@ -20,7 +20,7 @@ use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npy;
 use slmcc_runtime::sample::{Sampler, Sampling};
 
-use super::load::{default_backend, load_module, npu_sim_kernels, rk3588_package, Backend};
+use super::load::{is_rk3588, npu_sim_kernels, Backend, Loaded};
 use super::tokenize::Tokenizer;
 use crate::cli::GenerateArgs;
 use crate::exit::CmdResult;
@@ -29,10 +29,7 @@ use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
     slmcc_backends::cpu::set_threads(args.threads.into());
-    let backend = match args.backend.as_deref() {
-        Some(b) => Backend::parse(b)?,
-        None => Backend::parse(default_backend(&args.model, "cpu")?)?,
-    };
+    let explicit = args.backend.as_deref().map(Backend::parse).transpose()?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -45,7 +42,7 @@ pub fn run(args: GenerateArgs) -> CmdResult {
         None => None,
     };
     let prompt = prompt_ids(&args, tokenizer.as_ref())?;
-    let mut decoder = load_decoder(&args, backend)?;
+    let mut decoder = load_decoder(&args, explicit)?;
     if let Some(&bad) = prompt
         .iter()
         .find(|&&id| id < 0 || id >= decoder.vocab() as i64)
@@ -79,13 +76,21 @@ fn prompt_ids(args: &GenerateArgs, tokenizer: Option<&Tokenizer>) -> anyhow::Res
     Ok(ids)
 }
 
-/// Loads the model and makes its decoder on `backend`.
-fn load_decoder(args: &GenerateArgs, backend: Backend) -> anyhow::Result<Decoder> {
+/// Loads the model and makes its decoder on `backend` (by default `cpu`,
+/// or a package's target).
+fn load_decoder(args: &GenerateArgs, backend: Option<Backend>) -> anyhow::Result<Decoder> {
     let path = &args.model;
     let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
-    let mut module = load_module(path)?;
-    let packaged = path.extension().is_some_and(|e| e == "slmpkg");
-    if !packaged {
+    let loaded = Loaded::load(path)?;
+    let backend = match backend {
+        Some(b) => b,
+        None => Backend::parse(loaded.default_backend("cpu"))?,
+    };
+    let Loaded {
+        mut module,
+        package,
+    } = loaded;
+    if package.is_none() {
         let quant = args.quant.get("none")?;
         let pipeline = match backend {
             Backend::Cpu | Backend::NpuSim => {
@@ -115,8 +120,8 @@ fn load_decoder(args: &GenerateArgs, backend: Backend) -> anyhow::Result<Decoder
     match backend {
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
         Backend::Cpu | Backend::NpuSim => {
-            let pkg = rk3588_package(path)?;
-            let npu = (backend == Backend::NpuSim).then_some(pkg.as_ref());
+            let pkg = package.as_ref().filter(|p| is_rk3588(p));
+            let npu = (backend == Backend::NpuSim).then_some(pkg);
             planned_decoder(&module, npu).map_err(|e| at(&e))
         }
     }

@@ -12,6 +12,7 @@ use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::jit::run_graph_jit;
 use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord, NpuSimKernels};
+use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::{Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
@@ -121,32 +122,48 @@ pub fn execute(
     }
 }
 
-/// The backend a model runs on unless `--backend` says otherwise: a
-/// package on its target (`npu-sim` for rk3588: its NPU on the simulator,
-/// `cpu` otherwise), any other model on `otherwise`.
-pub fn default_backend(path: &Path, otherwise: &'static str) -> anyhow::Result<&'static str> {
-    if path.extension().is_none_or(|e| e != "slmpkg") {
-        return Ok(otherwise);
-    }
-    Ok(match rk3588_package(path)? {
-        Some(_) => "npu-sim",
-        None => "cpu",
-    })
+/// A model loaded once: its module and, for a package, the package (its
+/// version set and stored NPU programs).
+pub struct Loaded {
+    pub module: Module,
+    pub package: Option<Package>,
 }
 
-/// The package at `path` when it is a `--target rk3588` package (whose
-/// stored NPU programs `npu-sim` runs), else `None`.
-pub fn rk3588_package(path: &Path) -> anyhow::Result<Option<Package>> {
-    if path.extension().is_none_or(|e| e != "slmpkg") {
-        return Ok(None);
+impl Loaded {
+    /// Loads what [`load_module`] loads, keeping a package open.
+    pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+        if path.extension().is_some_and(|e| e == "slmpkg") {
+            let pkg = Package::open(path)?;
+            return Ok(Loaded {
+                module: pkg.module()?,
+                package: Some(pkg),
+            });
+        }
+        Ok(Loaded {
+            module: load_module(path)?,
+            package: None,
+        })
     }
-    let pkg = Package::open(path)?;
-    let rk3588 = pkg
-        .manifest
+
+    /// The backend unless `--backend` says otherwise: a package on its
+    /// target (`npu-sim` for rk3588: its NPU on the simulator, `cpu`
+    /// otherwise), any other model on `otherwise`.
+    pub fn default_backend(&self, otherwise: &'static str) -> &'static str {
+        match &self.package {
+            None => otherwise,
+            Some(p) if is_rk3588(p) => "npu-sim",
+            Some(_) => "cpu",
+        }
+    }
+}
+
+/// Whether `pkg` was compiled with `--target rk3588` (`npu-sim` then runs
+/// its stored NPU programs).
+pub fn is_rk3588(pkg: &Package) -> bool {
+    pkg.manifest
         .versions
         .as_ref()
-        .is_some_and(|v| v.target == TARGET_RK3588);
-    Ok(rk3588.then_some(pkg))
+        .is_some_and(|v| v.target == TARGET_RK3588)
 }
 
 /// The NPU kernels of bucket graph `g` for `npu-sim`: the programs stored
@@ -174,18 +191,13 @@ pub fn log_npu_records(records: &std::collections::HashMap<usize, NodeRecord>, t
         bytes += r.last.ddr_bytes_read + r.last.ddr_bytes_written;
         macs += r.last.macs;
     }
-    let peak = cycles * u64::from(t.macs_per_cycle) * u64::from(t.cores);
     tracing::info!(
         "npu-sim (the model's estimate): {} NPU kernels, {cycles} cycles ({:.3} ms at {} MHz), \
          {bytes} DDR bytes, MAC utilisation {:.1}%",
         records.len(),
         cycles as f64 / t.clock_hz as f64 * 1e3,
         t.clock_hz / 1_000_000,
-        if peak > 0 {
-            100.0 * macs as f64 / peak as f64
-        } else {
-            0.0
-        }
+        100.0 * npu_utilisation(t, macs, cycles)
     );
 }
 

@@ -13,13 +13,12 @@ use slmcc_ir::{MemoryPlan, Module, Region};
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::package::{hex, Package};
 
-use super::load::load_module;
+use super::load::{is_rk3588, load_module};
 use crate::cli::ReportArgs;
 use crate::exit::CmdResult;
 
 use slmcc::pipeline::quantized_plan_pipeline;
 pub use slmcc::pipeline::DEFAULT_BUCKETS;
-use slmcc_runtime::package::TARGET_RK3588;
 
 use super::estimate::{asm_report, estimate_report};
 
@@ -44,12 +43,7 @@ pub fn run(args: ReportArgs) -> CmdResult {
         let module = pkg.module()?;
         print!("{}", package_report(&pkg));
         print!("{}", text_report(&module, path, false));
-        let rk3588 = pkg
-            .manifest
-            .versions
-            .as_ref()
-            .is_some_and(|v| v.target == TARGET_RK3588);
-        print_npu(&module, &args, rk3588, Some(&pkg))?;
+        print_npu(&module, &args, is_rk3588(&pkg), Some(&pkg))?;
         if let Some(svg) = &args.plan_svg {
             super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
         }

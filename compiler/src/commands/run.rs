@@ -13,12 +13,13 @@ use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::exec::{ExecError, KernelSet};
 use slmcc_runtime::jit::JitKernels;
+use slmcc_runtime::package::Package;
 use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    default_backend, entry_graph, execute, load_module, log_npu_records, npu_sim_kernels,
-    prepare_quantized, read_tensor, rk3588_package, Backend,
+    entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels, prepare_quantized,
+    read_tensor, Backend, Loaded,
 };
 use crate::cli::RunArgs;
 use crate::exit::CmdResult;
@@ -26,10 +27,7 @@ use crate::exit::CmdResult;
 pub fn run(args: RunArgs) -> CmdResult {
     slmcc_backends::cpu::set_threads(args.threads.into());
     let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
-    let backend = match args.backend.as_deref() {
-        Some(b) => Backend::parse(b)?,
-        None => Backend::parse(default_backend(&args.model, "reference")?)?,
-    };
+    let explicit = args.backend.as_deref().map(Backend::parse).transpose()?;
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for spec in &args.input {
         let Some((name, file)) = spec.split_once('=') else {
@@ -38,7 +36,16 @@ pub fn run(args: RunArgs) -> CmdResult {
         inputs.push((name.to_string(), read_tensor(Path::new(file))?));
     }
     check_unique(&inputs)?;
-    let mut module = load_module(&args.model)?;
+    let loaded = Loaded::load(&args.model)?;
+    let backend = match explicit {
+        Some(b) => b,
+        None => Backend::parse(loaded.default_backend("reference"))?,
+    };
+    let Loaded {
+        mut module,
+        package,
+    } = loaded;
+    let pkg = package.as_ref().filter(|p| is_rk3588(p));
     let quant = args.quant.get("none")?;
     if is_package && args.quant.quant.is_some() {
         return Err(anyhow!(
@@ -48,7 +55,7 @@ pub fn run(args: RunArgs) -> CmdResult {
         .into());
     }
     let result = if args.buckets.is_some() || !module.buckets.is_empty() {
-        run_bucketed(&mut module, backend, quant, &args, &inputs)?
+        run_bucketed(&mut module, pkg, backend, quant, &args, &inputs)?
     } else {
         prepare_quantized(&mut module, backend, quant, &args.model)?;
         let graph = entry_graph(&module)?;
@@ -89,6 +96,7 @@ pub fn run(args: RunArgs) -> CmdResult {
 /// padded bucket graph.
 fn run_bucketed(
     module: &mut Module,
+    pkg: Option<&Package>,
     backend: Backend,
     quant: Quant,
     args: &RunArgs,
@@ -187,7 +195,6 @@ fn run_bucketed(
             let options = CpuOptions::default();
             let target = Target::rk3588();
             let records = RefCell::new(None);
-            let pkg = rk3588_package(path)?;
             let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, ExecError> {
                 let fail = |message: String| ExecError {
                     graph: g.name.clone(),
@@ -196,8 +203,7 @@ fn run_bucketed(
                 };
                 Ok(match backend {
                     Backend::NpuSim => {
-                        let k = npu_sim_kernels(module, g, pkg.as_ref(), &target, &options)
-                            .map_err(fail)?;
+                        let k = npu_sim_kernels(module, g, pkg, &target, &options).map_err(fail)?;
                         *records.borrow_mut() = Some(k.records());
                         Box::new(k)
                     }

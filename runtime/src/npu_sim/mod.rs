@@ -86,6 +86,16 @@ impl CoreStats {
     }
 }
 
+/// `macs / (cycles · MACs per cycle of all of `t`'s cores)`, 0 for no
+/// cycles: the NPU utilisation of work that took `cycles`.
+pub fn npu_utilisation(t: &Target, macs: u64, cycles: u64) -> f64 {
+    ratio(
+        macs,
+        cycles,
+        u64::from(t.macs_per_cycle) * u64::from(t.cores),
+    )
+}
+
 fn ratio(macs: u64, cycles: u64, per_cycle: u64) -> f64 {
     let cap = cycles as f64 * per_cycle as f64;
     if cap == 0.0 {
@@ -286,8 +296,7 @@ impl NpuSim {
         }
         stats.macs = stats.cores.iter().map(|c| c.macs).sum();
         stats.cycles = stats.cores.iter().map(CoreStats::cycles).max().unwrap_or(0);
-        let per_cycle = u64::from(t.macs_per_cycle) * u64::from(t.cores);
-        stats.utilisation = ratio(stats.macs, stats.cycles, per_cycle);
+        stats.utilisation = npu_utilisation(&t, stats.macs, stats.cycles);
         Ok(stats)
     }
 }
