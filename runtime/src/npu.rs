@@ -22,7 +22,9 @@ use slmcc_backends::npu::kernels::qmatmul::{
     emit_qmatmul, pack_qmatmul, quantize_rows, QMatmulLayout, RowParams,
 };
 use slmcc_backends::npu::kernels::qswiglu::{emit_qswiglu, pack_qswiglu};
-use slmcc_backends::npu::tiler::{plan_qmatmul, plan_qswiglu, QMatmulProblem, QTilePlan};
+use slmcc_backends::npu::tiler::{
+    plan_qmatmul, plan_qswiglu, QMatmulProblem, QTilePlan, TileError,
+};
 use slmcc_backends::npu::{Program, Target};
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, Op, OpDef, Tensor, ValueDef};
@@ -43,6 +45,13 @@ pub struct NpuNode {
     pub layout: QMatmulLayout,
     pub program: Program,
 }
+
+type PlanFn = fn(&QMatmulProblem, &Target) -> Result<QTilePlan, TileError>;
+type EmitFn = fn(
+    &QTilePlan,
+    &Target,
+    &QMatmulLayout,
+) -> Result<Program, slmcc_backends::npu::kernels::KernelError>;
 
 /// The kernel of `qmatmul` or `qswiglu` node `node` of `g` (static
 /// shapes: a bucket graph) for `target`. A `qswiglu` by one fused
@@ -91,16 +100,14 @@ pub fn plan_node(g: &Graph, node: usize, target: &Target) -> Result<NpuNode, Str
         },
         group: narrow(group as usize, "group")?,
     };
-    let (plan, program, layout);
-    if swiglu {
-        plan = plan_qswiglu(&problem, target).map_err(|e| at(&e))?;
-        layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
-        program = emit_qswiglu(&plan, target, &layout).map_err(|e| at(&e))?;
+    let (plan_kernel, emit_kernel) = if swiglu {
+        (plan_qswiglu as PlanFn, emit_qswiglu as EmitFn)
     } else {
-        plan = plan_qmatmul(&problem, target).map_err(|e| at(&e))?;
-        layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
-        program = emit_qmatmul(&plan, target, &layout).map_err(|e| at(&e))?;
-    }
+        (plan_qmatmul as PlanFn, emit_qmatmul as EmitFn)
+    };
+    let plan = plan_kernel(&problem, target).map_err(|e| at(&e))?;
+    let layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
+    let program = emit_kernel(&plan, target, &layout).map_err(|e| at(&e))?;
     Ok(NpuNode {
         node,
         plan,
