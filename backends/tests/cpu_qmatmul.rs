@@ -22,6 +22,16 @@ use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::{DType, Tensor};
 
 /// Random weights of `bits` in their full range (`-128..=127`, `-8..=7`).
+/// Activations `[m, k]`, or `[batch, m, k]` when `batch > 0`.
+fn batched_activations(rng: &mut Lcg, batch: usize, m: usize, k: usize) -> Tensor {
+    let mut xs = vec![m, k];
+    if batch > 0 {
+        xs.insert(0, batch);
+    }
+    let rows = xs.iter().product::<usize>() / k;
+    Tensor::from_f32(xs, activations(rng, rows, k))
+}
+
 fn weights(rng: &mut Lcg, k: usize, n: usize, bits: i64) -> Tensor {
     let (lo, hi, dt) = if bits == 4 {
         (-8, 7, DType::I4)
@@ -102,12 +112,7 @@ proptest! {
         let mut rng = Lcg(seed);
         let k = group * groups;
         let bits = if int4 { 4 } else { 8 };
-        let mut xs = vec![m, k];
-        if batch > 0 {
-            xs.insert(0, batch);
-        }
-        let rows = xs.iter().product::<usize>() / k;
-        let x = Tensor::from_f32(xs, activations(&mut rng, rows, k));
+        let x = batched_activations(&mut rng, batch, m, k);
         let q = weights(&mut rng, k, n, bits);
         let scale = rng.tensor(&[groups, n], 0.05);
         let kind = if rng.below(2) == 0 { Kind::Weight } else { Kind::Input };
@@ -132,12 +137,7 @@ proptest! {
         let mut rng = Lcg(seed);
         let k = group * groups;
         let bits = if int4 { 4 } else { 8 };
-        let mut xs = vec![m, k];
-        if batch > 0 {
-            xs.insert(0, batch);
-        }
-        let rows = xs.iter().product::<usize>() / k;
-        let x = (Tensor::from_f32(xs, activations(&mut rng, rows, k)), Kind::Input);
+        let x = (batched_activations(&mut rng, batch, m, k), Kind::Input);
         let kind = if rng.below(2) == 0 { Kind::Weight } else { Kind::Input };
         let op = QSwiGlu::new(bits, group as i64).unwrap();
         let (gq, uq) = (weights(&mut rng, k, n, bits), weights(&mut rng, k, n, bits));

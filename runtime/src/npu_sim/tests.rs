@@ -514,39 +514,32 @@ fn deadlock_is_an_error() {
 #[test]
 fn out_of_range_is_an_error() {
     let mut sim = NpuSim::new(Target::rk3588(), vec![0; 64]);
+    let mut out_of_range = |load: Instr| {
+        let err = sim.run(&one_core(vec![load], vec![])).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SimError::Exec {
+                    source: ExecError::OutOfRange { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    };
     let load = Instr::DmaLoad {
         cbuf: 0,
         ddr: 60,
         dims: DmaDims::contiguous(8),
     };
-    let err = sim.run(&one_core(vec![load], vec![])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            SimError::Exec {
-                source: ExecError::OutOfRange { .. },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    out_of_range(load);
     // Encodable but past the 384 KiB CBUF.
     let load = Instr::DmaLoad {
         cbuf: 0x7fff0,
         ddr: 0,
         dims: DmaDims::contiguous(8),
     };
-    let err = sim.run(&one_core(vec![load], vec![])).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            SimError::Exec {
-                source: ExecError::OutOfRange { .. },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    out_of_range(load);
     // A huge strided store starting in range.
     let dims = DmaDims {
         run: 8192,
