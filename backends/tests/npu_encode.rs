@@ -2,7 +2,9 @@
 //! disassembly syntax.
 
 use proptest::prelude::*;
-use slmcc_backends::npu::isa::{DmaDims, EltOp, Instr, OutType, ReduceOp, WeightType};
+use slmcc_backends::npu::isa::{
+    DmaDims, EltOp, Instr, OutType, ReduceOp, RescaleMode, ScoreMask, WeightType,
+};
 use slmcc_backends::npu::{decode, decode_stream, disassemble, encode, DecodeError, DisasmError};
 
 fn cbuf() -> impl Strategy<Value = u32> {
@@ -26,7 +28,115 @@ fn dims() -> impl Strategy<Value = DmaDims> {
         })
 }
 
+/// The f32/f16 instructions (`norm.rms`, `cvt.f16`, `mm.f16`, `sm.online`,
+/// `ew.rescale`).
+fn float_instr() -> impl Strategy<Value = Instr> {
+    let mn = 1u32..=4096;
+    let sm = 1u32..=1024;
+    prop_oneof![
+        (
+            (
+                cbuf(),
+                proptest::option::of((cbuf(), cbuf())),
+                cbuf(),
+                cbuf()
+            ),
+            (mn.clone(), 1u32..=16384)
+        )
+            .prop_map(|((x, residual, params, y), (m, n))| Instr::RmsNorm {
+                x,
+                residual,
+                params,
+                y,
+                m,
+                n
+            }),
+        (
+            cbuf(),
+            cbuf(),
+            1u32..=(1 << 19),
+            proptest::option::of(cbuf())
+        )
+            .prop_map(|(input, out, len, lo)| Instr::CvtF16 {
+                input,
+                out,
+                len,
+                lo
+            }),
+        (
+            (cbuf(), cbuf(), cbuf()),
+            (mn.clone(), 1u32..=16384, mn.clone()),
+            (any::<bool>(), any::<bool>())
+        )
+            .prop_map(|((a, b, acc), (m, k, n), (b_transposed, accumulate))| {
+                Instr::MatMulF16 {
+                    a,
+                    b,
+                    acc,
+                    m,
+                    k,
+                    n,
+                    b_transposed,
+                    accumulate,
+                }
+            }),
+        (
+            (cbuf(), cbuf(), cbuf(), cbuf()),
+            (0u8..3, cbuf(), sm.clone(), sm),
+            (
+                proptest::option::of(prop_oneof![
+                    -(1i32 << 19)..=(1 << 19) - 1,
+                    Just(-(1i32 << 19)),
+                    Just((1i32 << 19) - 1),
+                    Just(-1i32),
+                ]),
+                any::<bool>()
+            )
+        )
+            .prop_map(
+                |((scores, probs, rows, params), (kind, ma, m, n), (causal, first))| {
+                    Instr::SoftmaxOnline {
+                        scores,
+                        probs,
+                        rows,
+                        params,
+                        mask: match kind {
+                            0 => ScoreMask::None,
+                            1 => ScoreMask::Keep(ma),
+                            _ => ScoreMask::Add(ma),
+                        },
+                        m,
+                        n,
+                        causal,
+                        first,
+                    }
+                }
+            ),
+        ((cbuf(), cbuf(), cbuf()), (mn.clone(), mn, 0u8..3)).prop_map(
+            |((out, t, rows), (m, n, mode))| {
+                let mode = [
+                    RescaleMode::First,
+                    RescaleMode::Accumulate,
+                    RescaleMode::Finish,
+                ][usize::from(mode)];
+                Instr::Rescale {
+                    out,
+                    t: if mode == RescaleMode::Finish { 0 } else { t },
+                    rows,
+                    m,
+                    n,
+                    mode,
+                }
+            }
+        ),
+    ]
+}
+
 fn instr() -> impl Strategy<Value = Instr> {
+    prop_oneof![5 => int_instr(), 2 => float_instr()]
+}
+
+fn int_instr() -> impl Strategy<Value = Instr> {
     let mn = 1u32..=4096;
     prop_oneof![
         (cbuf(), any::<u32>(), dims()).prop_map(|(cbuf, ddr, dims)| Instr::DmaLoad {
@@ -147,8 +257,11 @@ proptest! {
     }
 
     #[test]
-    fn random_words_never_panic(word in any::<[u8; 16]>(), op in 0usize..20) {
-        let ops = [0x01u8, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x20, 0x21];
+    fn random_words_never_panic(word in any::<[u8; 16]>(), op in 0usize..30) {
+        let ops = [
+            0x01u8, 0x02, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x20,
+            0x21,
+        ];
         let mut word = word;
         // Half the time force a valid opcode so the field decoders run.
         if op % 2 == 0 {
@@ -159,6 +272,169 @@ proptest! {
             prop_assert_eq!(encode(&i).unwrap(), word);
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Words of the float opcodes with sparse random fields (so flag /
+    /// field combinations that decode are common): whatever decodes
+    /// re-encodes to the same word, and flipping one bit of a valid word
+    /// either fails to decode or decodes to a different instruction.
+    #[test]
+    fn float_words_are_canonical(
+        op in 0x16u8..=0x1a,
+        bits in proptest::collection::vec(8u32..128, 0..12),
+        flip in 0u32..128,
+        i in float_instr(),
+    ) {
+        let mut w = u128::from(op);
+        for b in bits {
+            w |= 1u128 << b;
+        }
+        if let Ok(d) = decode(&w.to_le_bytes()) {
+            prop_assert_eq!(u128::from_le_bytes(encode(&d).unwrap()), w);
+        }
+        let good = u128::from_le_bytes(encode(&i).unwrap());
+        let flipped = (good ^ (1u128 << flip)).to_le_bytes();
+        if let Ok(d) = decode(&flipped) {
+            prop_assert_ne!(d, i);
+            prop_assert_eq!(encode(&d).unwrap(), flipped);
+        }
+    }
+}
+
+/// The flag/field rules of the float opcodes (`docs/NPU_ISA.md`, binary
+/// encoding table): every mismatch is rejected.
+#[test]
+fn float_field_rules() {
+    let bad = |w: u128| {
+        let r = decode(&w.to_le_bytes());
+        assert!(
+            matches!(r, Err(DecodeError::ReservedBits { .. })),
+            "{w:#x}: {r:?}"
+        );
+    };
+    let enc = |i: &Instr| u128::from_le_bytes(encode(i).unwrap());
+    // norm.rms: r and s 0 without has-res; 110..128 reserved.
+    let norm = |residual| Instr::RmsNorm {
+        x: 0x100,
+        residual,
+        params: 0x200,
+        y: 0x300,
+        m: 2,
+        n: 16384,
+    };
+    let w = enc(&norm(None));
+    assert_eq!(w & 0xff, 0x16);
+    assert_eq!((w >> 95) & 0x3fff, 16383);
+    bad(w | 1 << 23);
+    bad(w | 1 << 53);
+    bad(w | 1 << 110);
+    bad(w | 1 << 127);
+    // has-res with r = s = 0 is fine (a residual at address 0).
+    let res0 = norm(Some((0, 0)));
+    assert_eq!(decode(&enc(&res0).to_le_bytes()), Ok(res0));
+    assert_eq!(enc(&res0), w | 1 << 109);
+    // cvt.f16: lo 0 without has-lo, 73..128 reserved.
+    let cvt = |len| Instr::CvtF16 {
+        input: 0x40,
+        out: 0x40,
+        len,
+        lo: None,
+    };
+    let w = enc(&cvt(1 << 19));
+    assert_eq!(w, 0x17 | 4 << 8 | 4 << 23 | ((1u128 << 19) - 1) << 38);
+    bad(w | 1 << 57);
+    bad(w | 1 << 73);
+    let with_lo = Instr::CvtF16 {
+        input: 0x40,
+        out: 0x40,
+        len: 8,
+        lo: Some(0x80),
+    };
+    let wl = enc(&with_lo);
+    assert_eq!(wl & (((1u128 << 16) - 1) << 57), 8 << 57 | 1 << 72);
+    assert_eq!(decode(&wl.to_le_bytes()), Ok(with_lo));
+    assert!(encode(&cvt(0)).is_err());
+    assert!(encode(&cvt((1 << 19) + 1)).is_err());
+    // mm.f16: 93..128 reserved.
+    let mm = |k| Instr::MatMulF16 {
+        a: 0,
+        b: 0x10,
+        acc: 0x20,
+        m: 1,
+        k,
+        n: 1,
+        b_transposed: true,
+        accumulate: false,
+    };
+    let w = enc(&mm(1));
+    assert_eq!(w, 0x18 | 1 << 23 | 2 << 38 | 1 << 91);
+    bad(w | 1 << 93);
+    assert!(encode(&mm(16385)).is_err());
+    // sm.online: mask 0 with kind 0, diag 0 without causal, kind 3, bit 127.
+    let sm = |mask, m, n, causal, first| Instr::SoftmaxOnline {
+        scores: 0x1000,
+        probs: 0x2000,
+        rows: 0x3000,
+        params: 0x4000,
+        mask,
+        m,
+        n,
+        causal,
+        first,
+    };
+    let w = enc(&sm(ScoreMask::None, 1024, 1, None, false));
+    assert_eq!(w & 0xff, 0x19);
+    bad(w | 1 << 68);
+    bad(w | 1 << 103);
+    bad(w | 1 << 122);
+    bad(w | 3 << 124);
+    bad(w | 1 << 127);
+    assert_eq!(
+        decode(&(w | 1 << 124 | 1 << 68).to_le_bytes()),
+        Ok(sm(ScoreMask::Keep(16), 1024, 1, None, false))
+    );
+    for (diag, field) in [
+        (-1i32, 0xfffffu128),
+        (-(1 << 19), 0x80000),
+        ((1 << 19) - 1, 0x7ffff),
+        (5, 5),
+        (0, 0),
+    ] {
+        let c = sm(ScoreMask::Add(0x20), 1024, 1, Some(diag), true);
+        let cw = enc(&c);
+        assert_eq!((cw >> 103) & 0xfffff, field, "diag {diag}");
+        assert_eq!(cw >> 123 & 0xf, 1 | 2 << 1 | 1 << 3);
+        assert_eq!(decode(&cw.to_le_bytes()), Ok(c));
+    }
+    for diag in [1 << 19, -(1 << 19) - 1] {
+        let c = sm(ScoreMask::None, 1, 1, Some(diag), false);
+        assert!(encode(&c).is_err(), "diag {diag}");
+    }
+    assert!(encode(&sm(ScoreMask::None, 1025, 1, None, false)).is_err());
+    assert!(encode(&sm(ScoreMask::None, 1, 0, None, false)).is_err());
+    assert!(encode(&sm(ScoreMask::Keep(8), 1, 1, None, false)).is_err());
+    // ew.rescale: mode 3 invalid, t 0 with finish, 79..128 reserved.
+    let rs = |t, mode| Instr::Rescale {
+        out: 0x100,
+        t,
+        rows: 0x200,
+        m: 3,
+        n: 4096,
+        mode,
+    };
+    let w = enc(&rs(0, RescaleMode::Finish));
+    assert_eq!(w >> 77 & 3, 2);
+    bad(w | 1 << 23);
+    bad(w | 1 << 77);
+    bad(w | 1 << 79);
+    assert_eq!(
+        decode(&(w & !(3u128 << 77) | 1 << 23).to_le_bytes()),
+        Ok(rs(0x10, RescaleMode::First))
+    );
+    assert!(encode(&rs(0x10, RescaleMode::Finish)).is_err());
 }
 
 #[test]
@@ -298,6 +574,100 @@ fn disassembly_syntax() {
             out: 0xc000,
             len: 128,
         },
+        Instr::RmsNorm {
+            x: 0x100,
+            residual: Some((0x200, 0x300)),
+            params: 0x400,
+            y: 0x500,
+            m: 2,
+            n: 64,
+        },
+        Instr::RmsNorm {
+            x: 0x100,
+            residual: None,
+            params: 0x400,
+            y: 0x100,
+            m: 1,
+            n: 8,
+        },
+        Instr::CvtF16 {
+            input: 0x600,
+            out: 0x600,
+            len: 32,
+            lo: None,
+        },
+        Instr::CvtF16 {
+            input: 0x600,
+            out: 0x600,
+            len: 32,
+            lo: Some(0x640),
+        },
+        Instr::MatMulF16 {
+            a: 0,
+            b: 0x1000,
+            acc: 0x2000,
+            m: 4,
+            k: 64,
+            n: 16,
+            b_transposed: true,
+            accumulate: false,
+        },
+        Instr::MatMulF16 {
+            a: 0,
+            b: 0x1000,
+            acc: 0x2000,
+            m: 4,
+            k: 64,
+            n: 16,
+            b_transposed: false,
+            accumulate: true,
+        },
+        Instr::SoftmaxOnline {
+            scores: 0x2000,
+            probs: 0x3000,
+            rows: 0x3800,
+            params: 0x3900,
+            mask: ScoreMask::Keep(0x4000),
+            m: 4,
+            n: 16,
+            causal: Some(-3),
+            first: true,
+        },
+        Instr::SoftmaxOnline {
+            scores: 0x2000,
+            probs: 0x3000,
+            rows: 0x3800,
+            params: 0x3900,
+            mask: ScoreMask::Add(0x4000),
+            m: 4,
+            n: 16,
+            causal: None,
+            first: false,
+        },
+        Instr::Rescale {
+            out: 0x5000,
+            t: 0x6000,
+            rows: 0x3800,
+            m: 4,
+            n: 16,
+            mode: RescaleMode::First,
+        },
+        Instr::Rescale {
+            out: 0x5000,
+            t: 0x6000,
+            rows: 0x3800,
+            m: 4,
+            n: 16,
+            mode: RescaleMode::Accumulate,
+        },
+        Instr::Rescale {
+            out: 0x5000,
+            t: 0,
+            rows: 0x3800,
+            m: 4,
+            n: 16,
+            mode: RescaleMode::Finish,
+        },
     ];
     let bytes: Vec<u8> = prog.iter().flat_map(|i| encode(i).unwrap()).collect();
     let text = disassemble(&bytes).unwrap();
@@ -309,6 +679,17 @@ fn disassembly_syntax() {
 000040: epi.f32 out[0x0c000] += acc[0x08000] params[0x09000] rows[0x09800] m=4 n=32
 000050: epi.f32 out[0x0c000] = acc[0x08000] params[0x09100] rows[0x09800] m=1 n=4096
 000060: ew.silu_mul out[0x0c000] = a[0x0c000], b[0x0d000] len=128
+000070: norm.rms y[0x00500], s[0x00300] <- x[0x00100], r[0x00200] params[0x00400] m=2 n=64
+000080: norm.rms y[0x00100] <- x[0x00100] params[0x00400] m=1 n=8
+000090: cvt.f16 out[0x00600] <- in[0x00600] len=32
+0000a0: cvt.f16 out[0x00600] <- in[0x00600] len=32 lo[0x00640]
+0000b0: mm.f16 acc[0x02000] = a[0x00000] * b[0x01000]^T m=4 k=64 n=16
+0000c0: mm.f16 acc[0x02000] += a[0x00000] * b[0x01000] m=4 k=64 n=16
+0000d0: sm.online p[0x03000] <- s[0x02000] rows[0x03800] params[0x03900] m=4 n=16 keep[0x04000] causal diag=-3 first
+0000e0: sm.online p[0x03000] <- s[0x02000] rows[0x03800] params[0x03900] m=4 n=16 add[0x04000]
+0000f0: ew.rescale out[0x05000] = t[0x06000] m=4 n=16
+000100: ew.rescale out[0x05000] = out * alpha[0x03800] + t[0x06000] m=4 n=16
+000110: ew.rescale out[0x05000] /= sum[0x03800] m=4 n=16
 ";
     assert_eq!(text, expected);
 }

@@ -9,7 +9,10 @@
 //! points as two's-complement bytes. [`disassemble`] prints one line per
 //! word in the assembly syntax of `Instr`'s `Display`.
 
-use crate::npu::isa::{DmaDims, EltOp, Instr, IsaError, OutType, ReduceOp, WeightType, CBUF_ALIGN};
+use crate::npu::isa::{
+    DmaDims, EltOp, Instr, IsaError, OutType, ReduceOp, RescaleMode, ScoreMask, WeightType,
+    CBUF_ALIGN,
+};
 
 /// Opcodes (low byte of the word).
 pub mod opcode {
@@ -21,6 +24,11 @@ pub mod opcode {
     pub const REDUCE: u8 = 0x13;
     pub const EPILOGUE_F32: u8 = 0x14;
     pub const SILU_MUL: u8 = 0x15;
+    pub const NORM_RMS: u8 = 0x16;
+    pub const CVT_F16: u8 = 0x17;
+    pub const MATMUL_F16: u8 = 0x18;
+    pub const SOFTMAX_ONLINE: u8 = 0x19;
+    pub const RESCALE: u8 = 0x1a;
     pub const SIGNAL: u8 = 0x20;
     pub const WAIT: u8 = 0x21;
 }
@@ -65,6 +73,27 @@ fn g(a: u32) -> u64 {
 
 fn ug(w: u128, lo: u32) -> u32 {
     get(w, lo, 15) * CBUF_ALIGN
+}
+
+/// Width of `sm.online`'s two's-complement `diag` field.
+const DIAG_BITS: u32 = 20;
+
+/// `sm.online`'s mask kind field: 0 none, 1 keep, 2 add (3 invalid).
+fn mask_kind(m: ScoreMask) -> u64 {
+    match m {
+        ScoreMask::None => 0,
+        ScoreMask::Keep(_) => 1,
+        ScoreMask::Add(_) => 2,
+    }
+}
+
+/// `ew.rescale`'s mode field: 0 first, 1 accumulate, 2 finish (3 invalid).
+fn rescale_mode(m: RescaleMode) -> u64 {
+    match m {
+        RescaleMode::First => 0,
+        RescaleMode::Accumulate => 1,
+        RescaleMode::Finish => 2,
+    }
 }
 
 fn zp(v: i8) -> u64 {
@@ -187,6 +216,102 @@ pub fn encode(i: &Instr) -> Result<[u8; WORD_BYTES], IsaError> {
             w.put(23, 15, g(b));
             w.put(38, 15, g(out));
             w.put(53, 19, m1(len));
+        }
+        Instr::RmsNorm {
+            x,
+            residual,
+            params,
+            y,
+            m,
+            n,
+        } => {
+            w.put(0, 8, opcode::NORM_RMS.into());
+            w.put(8, 15, g(x));
+            w.put(23, 15, residual.map_or(0, |(r, _)| g(r)));
+            w.put(38, 15, g(params));
+            w.put(53, 15, residual.map_or(0, |(_, s)| g(s)));
+            w.put(68, 15, g(y));
+            w.put(83, 12, m1(m));
+            w.put(95, 14, m1(n));
+            w.put(109, 1, u64::from(residual.is_some()));
+        }
+        Instr::CvtF16 {
+            input,
+            out,
+            len,
+            lo,
+        } => {
+            w.put(0, 8, opcode::CVT_F16.into());
+            w.put(8, 15, g(input));
+            w.put(23, 15, g(out));
+            w.put(38, 19, m1(len));
+            w.put(57, 15, g(lo.unwrap_or(0)));
+            w.put(72, 1, u64::from(lo.is_some()));
+        }
+        Instr::MatMulF16 {
+            a,
+            b,
+            acc,
+            m,
+            k,
+            n,
+            b_transposed,
+            accumulate,
+        } => {
+            w.put(0, 8, opcode::MATMUL_F16.into());
+            w.put(8, 15, g(a));
+            w.put(23, 15, g(b));
+            w.put(38, 15, g(acc));
+            w.put(53, 12, m1(m));
+            w.put(65, 14, m1(k));
+            w.put(79, 12, m1(n));
+            w.put(91, 1, u64::from(b_transposed));
+            w.put(92, 1, u64::from(accumulate));
+        }
+        Instr::SoftmaxOnline {
+            scores,
+            probs,
+            rows,
+            params,
+            mask,
+            m,
+            n,
+            causal,
+            first,
+        } => {
+            let mask_addr = match mask {
+                ScoreMask::None => 0,
+                ScoreMask::Keep(a) | ScoreMask::Add(a) => g(a),
+            };
+            w.put(0, 8, opcode::SOFTMAX_ONLINE.into());
+            w.put(8, 15, g(scores));
+            w.put(23, 15, g(probs));
+            w.put(38, 15, g(rows));
+            w.put(53, 15, g(params));
+            w.put(68, 15, mask_addr);
+            w.put(83, 10, m1(m));
+            w.put(93, 10, m1(n));
+            // Two's complement, truncated to the field (checked in range).
+            w.put(103, DIAG_BITS, u64::from(causal.unwrap_or(0) as u32));
+            w.put(123, 1, u64::from(causal.is_some()));
+            w.put(124, 2, mask_kind(mask));
+            w.put(126, 1, u64::from(first));
+        }
+        Instr::Rescale {
+            out,
+            t,
+            rows,
+            m,
+            n,
+            mode,
+        } => {
+            w.put(0, 8, opcode::RESCALE.into());
+            w.put(8, 15, g(out));
+            w.put(23, 15, g(t));
+            w.put(38, 15, g(rows));
+            w.put(53, 12, m1(m));
+            w.put(65, 12, m1(n));
+            w.put(77, 2, rescale_mode(mode));
         }
         Instr::Reduce {
             op,
@@ -335,6 +460,116 @@ pub fn decode(bytes: &[u8; WORD_BYTES]) -> Result<Instr, DecodeError> {
                 b: ug(w, 23),
                 out: ug(w, 38),
                 len: p1(53, 19),
+            })
+        }
+        opcode::NORM_RMS => {
+            let has_res = b(109);
+            let zero = if has_res {
+                0
+            } else {
+                field_mask(23, 15) | field_mask(53, 15)
+            };
+            reserved(w, op, 110, zero)?;
+            Ok(Instr::RmsNorm {
+                x: ug(w, 8),
+                residual: has_res.then(|| (ug(w, 23), ug(w, 53))),
+                params: ug(w, 38),
+                y: ug(w, 68),
+                m: p1(83, 12),
+                n: p1(95, 14),
+            })
+        }
+        opcode::CVT_F16 => {
+            reserved(w, op, 73, 0)?;
+            let has_lo = b(72);
+            if !has_lo && get(w, 57, 15) != 0 {
+                return Err(DecodeError::ReservedBits {
+                    opcode: op,
+                    bits: w & (((1u128 << 15) - 1) << 57),
+                });
+            }
+            Ok(Instr::CvtF16 {
+                input: ug(w, 8),
+                out: ug(w, 23),
+                len: p1(38, 19),
+                lo: has_lo.then(|| ug(w, 57)),
+            })
+        }
+        opcode::MATMUL_F16 => {
+            reserved(w, op, 93, 0)?;
+            Ok(Instr::MatMulF16 {
+                a: ug(w, 8),
+                b: ug(w, 23),
+                acc: ug(w, 38),
+                m: p1(53, 12),
+                k: p1(65, 14),
+                n: p1(79, 12),
+                b_transposed: b(91),
+                accumulate: b(92),
+            })
+        }
+        opcode::SOFTMAX_ONLINE => {
+            let (causal, kind) = (b(123), get(w, 124, 2));
+            let mut zero = 0;
+            if kind == 0 {
+                zero |= field_mask(68, 15);
+            }
+            if !causal {
+                zero |= field_mask(103, DIAG_BITS);
+            }
+            reserved(w, op, 127, zero)?;
+            let addr = ug(w, 68);
+            let mask = match kind {
+                0 => ScoreMask::None,
+                1 => ScoreMask::Keep(addr),
+                2 => ScoreMask::Add(addr),
+                _ => {
+                    return Err(DecodeError::ReservedBits {
+                        opcode: op,
+                        bits: w & field_mask(124, 2),
+                    })
+                }
+            };
+            // Sign-extend the 20-bit diagonal.
+            let diag = ((get(w, 103, DIAG_BITS) << (32 - DIAG_BITS)) as i32) >> (32 - DIAG_BITS);
+            Ok(Instr::SoftmaxOnline {
+                scores: ug(w, 8),
+                probs: ug(w, 23),
+                rows: ug(w, 38),
+                params: ug(w, 53),
+                mask,
+                m: p1(83, 10),
+                n: p1(93, 10),
+                causal: causal.then_some(diag),
+                first: b(126),
+            })
+        }
+        opcode::RESCALE => {
+            let mode = match get(w, 77, 2) {
+                0 => RescaleMode::First,
+                1 => RescaleMode::Accumulate,
+                2 => RescaleMode::Finish,
+                _ => {
+                    return Err(DecodeError::ReservedBits {
+                        opcode: op,
+                        bits: w & field_mask(77, 2),
+                    })
+                }
+            };
+            // `t` is unused and 0 with finish.
+            let zero = if mode == RescaleMode::Finish {
+                field_mask(23, 15)
+            } else {
+                0
+            };
+            reserved(w, op, 79, zero)?;
+            Ok(Instr::Rescale {
+                out: ug(w, 8),
+                t: ug(w, 23),
+                rows: ug(w, 38),
+                m: p1(53, 12),
+                n: p1(65, 12),
+                mode,
             })
         }
         opcode::REDUCE => {

@@ -25,6 +25,11 @@ pub const DMA_STRIDE_LIMIT: u32 = 1 << 20;
 pub const MAX_MN: u32 = 1 << 12;
 /// Largest matmul `k` and reduce `n`.
 pub const MAX_K: u32 = 1 << 14;
+/// Largest `m` and `n` of the attention instructions `sm.online` (10-bit
+/// fields).
+pub const MAX_SM: u32 = 1 << 10;
+/// Range of `sm.online`'s causal diagonal (20-bit two's complement).
+pub const DIAG_RANGE: std::ops::RangeInclusive<i32> = -(1 << 19)..=(1 << 19) - 1;
 /// Largest element-wise length (elements: INT8 for `ew.add`/`ew.mul`, f32
 /// for `ew.silu_mul`).
 pub const MAX_LEN: u32 = 1 << 19;
@@ -111,6 +116,28 @@ pub enum ReduceOp {
     Max,
 }
 
+/// The mask tile of an `sm.online`: none, `u8` keep flags (`0` masks, any
+/// other value keeps) or `f32` values added to the scaled scores; either
+/// `m×n`, dense row-major, at the CBUF address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScoreMask {
+    None,
+    Keep(u32),
+    Add(u32),
+}
+
+/// What an `ew.rescale` does to its `m×n` f32 output tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RescaleMode {
+    /// `out = t` (the first key tile of a row block).
+    First,
+    /// `out = out·alpha_i + t` (each later key tile).
+    Accumulate,
+    /// `out = l_i == 0 ? +0.0 : out / l_i` (after the last key tile; `t`
+    /// unused and 0).
+    Finish,
+}
+
 /// One NPU instruction. CBUF addresses are byte addresses in the core's
 /// CBUF (multiples of 16); DDR addresses are byte addresses in DDR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +205,73 @@ pub enum Instr {
     /// sigmoid`); every operand is read before `out` is written, so `out`
     /// may equal `a` or `b`.
     SiluMul { a: u32, b: u32, out: u32, len: u32 },
+    /// RMS norm of `m` rows of `n` f32 values (compute queue), optionally
+    /// after a residual add: with `residual = Some((r, s))`, `s = x + r`
+    /// is written at `s` and normalised, else `x` is; `y = v · (1 /
+    /// sqrt(Σv²/n + eps)) · (w + offset)` with `eps`, `offset` and the `n`
+    /// weights in the record at `params` (f32 `eps` @0, `offset` @4,
+    /// weights from @16). `y` may equal `x`.
+    RmsNorm {
+        x: u32,
+        residual: Option<(u32, u32)>,
+        params: u32,
+        y: u32,
+        m: u32,
+        n: u32,
+    },
+    /// `len` f32 values `x` to IEEE binary16 `hi = f16(x)` (round to
+    /// nearest even) at `out`, and with `lo` the remainders
+    /// `f16(x - hi)` there (compute queue; `x ≈ hi + lo` to 22 bits). Every
+    /// operand is read before anything is written: `out = input`, `lo =
+    /// input + 2·len` converts in place.
+    CvtF16 {
+        input: u32,
+        out: u32,
+        len: u32,
+        lo: Option<u32>,
+    },
+    /// `acc[m×n] (+)= a[m×k] · b` in f32 from f16 operands (compute
+    /// queue): `b` is `k×n`, or `n×k` with `b_transposed` (so `a · bᵀ`).
+    MatMulF16 {
+        a: u32,
+        b: u32,
+        acc: u32,
+        m: u32,
+        k: u32,
+        n: u32,
+        b_transposed: bool,
+        accumulate: bool,
+    },
+    /// One online-softmax step over an `m×n` f32 score tile (compute
+    /// queue): scale (f32 @0 of the record at `params`), mask, causal /
+    /// window rule (`causal = Some(diag)`: key `jj` of row `ii` is masked
+    /// when `jj - ii > diag`, or with the record's i32 window @4 > 0 when
+    /// `jj - ii <= diag - window`), running max and sum in the 16-byte row
+    /// records at `rows` (f32 max @0, sum @4, rescale factor @8), `exp`
+    /// of the scores minus the new max written as f16 at `probs`.
+    /// `first` starts the rows afresh (max `-inf`, sum 0).
+    SoftmaxOnline {
+        scores: u32,
+        probs: u32,
+        rows: u32,
+        params: u32,
+        mask: ScoreMask,
+        m: u32,
+        n: u32,
+        causal: Option<i32>,
+        first: bool,
+    },
+    /// Flash-attention output update of an `m×n` f32 tile `out` from the
+    /// `m×n` f32 tile `t` and the row records of `sm.online` (compute
+    /// queue); see [`RescaleMode`].
+    Rescale {
+        out: u32,
+        t: u32,
+        rows: u32,
+        m: u32,
+        n: u32,
+        mode: RescaleMode,
+    },
     /// Row reduction of an `m×n` INT8 tile to `m` INT32 (compute queue).
     Reduce {
         op: ReduceOp,
@@ -296,6 +390,11 @@ impl Instr {
             Instr::Eltwise { op: EltOp::Add, .. } => "ew.add",
             Instr::Eltwise { op: EltOp::Mul, .. } => "ew.mul",
             Instr::SiluMul { .. } => "ew.silu_mul",
+            Instr::RmsNorm { .. } => "norm.rms",
+            Instr::CvtF16 { .. } => "cvt.f16",
+            Instr::MatMulF16 { .. } => "mm.f16",
+            Instr::SoftmaxOnline { .. } => "sm.online",
+            Instr::Rescale { .. } => "ew.rescale",
             Instr::Reduce {
                 op: ReduceOp::SumSq,
                 ..
@@ -414,6 +513,92 @@ impl Instr {
                 cbuf_field(name, "out", out)?;
                 in_1_to(name, "len", len, MAX_LEN, "1..=524288")
             }
+            Instr::RmsNorm {
+                x,
+                residual,
+                params,
+                y,
+                m,
+                n,
+            } => {
+                cbuf_field(name, "x", x)?;
+                if let Some((r, s)) = residual {
+                    cbuf_field(name, "r", r)?;
+                    cbuf_field(name, "s", s)?;
+                }
+                cbuf_field(name, "params", params)?;
+                cbuf_field(name, "y", y)?;
+                in_1_to(name, "m", m, MAX_MN, "1..=4096")?;
+                in_1_to(name, "n", n, MAX_K, "1..=16384")
+            }
+            Instr::CvtF16 {
+                input,
+                out,
+                len,
+                lo,
+            } => {
+                cbuf_field(name, "input", input)?;
+                cbuf_field(name, "out", out)?;
+                if let Some(l) = lo {
+                    cbuf_field(name, "lo", l)?;
+                }
+                in_1_to(name, "len", len, MAX_LEN, "1..=524288")
+            }
+            Instr::MatMulF16 {
+                a, b, acc, m, k, n, ..
+            } => {
+                cbuf_field(name, "a", a)?;
+                cbuf_field(name, "b", b)?;
+                cbuf_field(name, "acc", acc)?;
+                in_1_to(name, "m", m, MAX_MN, "1..=4096")?;
+                in_1_to(name, "k", k, MAX_K, "1..=16384")?;
+                in_1_to(name, "n", n, MAX_MN, "1..=4096")
+            }
+            Instr::SoftmaxOnline {
+                scores,
+                probs,
+                rows,
+                params,
+                mask,
+                m,
+                n,
+                causal,
+                ..
+            } => {
+                cbuf_field(name, "scores", scores)?;
+                cbuf_field(name, "probs", probs)?;
+                cbuf_field(name, "rows", rows)?;
+                cbuf_field(name, "params", params)?;
+                if let ScoreMask::Keep(a) | ScoreMask::Add(a) = mask {
+                    cbuf_field(name, "mask", a)?;
+                }
+                in_1_to(name, "m", m, MAX_SM, "1..=1024")?;
+                in_1_to(name, "n", n, MAX_SM, "1..=1024")?;
+                let diag = causal.unwrap_or(0);
+                field(
+                    name,
+                    "diag",
+                    i64::from(diag).unsigned_abs(),
+                    DIAG_RANGE.contains(&diag),
+                    "-2^19..2^19",
+                )
+            }
+            Instr::Rescale {
+                out,
+                t,
+                rows,
+                m,
+                n,
+                mode,
+            } => {
+                cbuf_field(name, "out", out)?;
+                cbuf_field(name, "t", t)?;
+                cbuf_field(name, "rows", rows)?;
+                in_1_to(name, "m", m, MAX_MN, "1..=4096")?;
+                in_1_to(name, "n", n, MAX_MN, "1..=4096")?;
+                let ok = mode != RescaleMode::Finish || t == 0;
+                field(name, "t", t.into(), ok, "0 with finish")
+            }
             Instr::Reduce {
                 input, out, m, n, ..
             } => {
@@ -432,7 +617,9 @@ impl Instr {
     /// matmul, 0 otherwise).
     pub fn macs(&self) -> u64 {
         match *self {
-            Instr::MatMul { m, k, n, .. } => u64::from(m) * u64::from(k) * u64::from(n),
+            Instr::MatMul { m, k, n, .. } | Instr::MatMulF16 { m, k, n, .. } => {
+                u64::from(m) * u64::from(k) * u64::from(n)
+            }
             _ => 0,
         }
     }
@@ -555,6 +742,53 @@ impl fmt::Display for Instr {
             Instr::Reduce { input, out, m, n, zp, .. } => {
                 write!(f, "{mn} out[{out:#07x}] <- in[{input:#07x}] m={m} n={n} zp={zp}")
             }
+            Instr::RmsNorm { x, residual, params, y, m, n } => match residual {
+                Some((r, s)) => write!(
+                    f,
+                    "{mn} y[{y:#07x}], s[{s:#07x}] <- x[{x:#07x}], r[{r:#07x}] params[{params:#07x}] m={m} n={n}"
+                ),
+                None => write!(f, "{mn} y[{y:#07x}] <- x[{x:#07x}] params[{params:#07x}] m={m} n={n}"),
+            },
+            Instr::CvtF16 { input, out, len, lo } => {
+                write!(f, "{mn} out[{out:#07x}] <- in[{input:#07x}] len={len}")?;
+                match lo {
+                    Some(l) => write!(f, " lo[{l:#07x}]"),
+                    None => Ok(()),
+                }
+            }
+            Instr::MatMulF16 { a, b, acc, m, k, n, b_transposed, accumulate } => {
+                let op = if accumulate { "+=" } else { "=" };
+                let t = if b_transposed { "^T" } else { "" };
+                write!(f, "{mn} acc[{acc:#07x}] {op} a[{a:#07x}] * b[{b:#07x}]{t} m={m} k={k} n={n}")
+            }
+            Instr::SoftmaxOnline { scores, probs, rows, params, mask, m, n, causal, first } => {
+                write!(
+                    f,
+                    "{mn} p[{probs:#07x}] <- s[{scores:#07x}] rows[{rows:#07x}] params[{params:#07x}] m={m} n={n}"
+                )?;
+                match mask {
+                    ScoreMask::None => {}
+                    ScoreMask::Keep(a) => write!(f, " keep[{a:#07x}]")?,
+                    ScoreMask::Add(a) => write!(f, " add[{a:#07x}]")?,
+                }
+                if let Some(d) = causal {
+                    write!(f, " causal diag={d}")?;
+                }
+                if first {
+                    f.write_str(" first")?;
+                }
+                Ok(())
+            }
+            Instr::Rescale { out, t, rows, m, n, mode } => match mode {
+                RescaleMode::First => write!(f, "{mn} out[{out:#07x}] = t[{t:#07x}] m={m} n={n}"),
+                RescaleMode::Accumulate => write!(
+                    f,
+                    "{mn} out[{out:#07x}] = out * alpha[{rows:#07x}] + t[{t:#07x}] m={m} n={n}"
+                ),
+                RescaleMode::Finish => {
+                    write!(f, "{mn} out[{out:#07x}] /= sum[{rows:#07x}] m={m} n={n}")
+                }
+            },
             Instr::Signal { sem } | Instr::Wait { sem } => write!(f, "{mn} s{sem}"),
         }
     }

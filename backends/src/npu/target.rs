@@ -17,6 +17,9 @@ pub struct Target {
     /// INT8×INT8 multiply-accumulates per cycle per core (INT4×INT8 counts
     /// the same MACs).
     pub macs_per_cycle: u32,
+    /// f16×f16 multiply-accumulates (f32 accumulation) per cycle per core
+    /// (`mm.f16`, the attention kernel's products).
+    pub f16_macs_per_cycle: u32,
     /// Core clock in Hz.
     pub clock_hz: u64,
     /// CBUF bytes per core.
@@ -43,13 +46,14 @@ pub struct Target {
 }
 
 impl Target {
-    /// The RK3588 NPU model: 3 cores × 1024 INT8 MAC/cycle at 1 GHz,
+    /// The RK3588 NPU model: 3 cores × 1024 INT8 MAC/cycle (512 f16) at 1 GHz,
     /// 384 KiB CBUF per core in 12 banks of 32 KiB, 25 GB/s DDR shared.
     pub fn rk3588() -> Self {
         Target {
             name: "rk3588",
             cores: 3,
             macs_per_cycle: 1024,
+            f16_macs_per_cycle: 512,
             clock_hz: 1_000_000_000,
             cbuf_bytes: 384 * 1024,
             cbuf_banks: 12,

@@ -3,9 +3,12 @@
 //! exact arithmetic of [`super::arith`], writes its result. Each
 //! instruction reads all its operands before writing, so overlapping
 //! operands behave as if the instruction were atomic. Errors (out-of-range
-//! addresses, bad shifts) leave memory unchanged.
+//! addresses, bad shifts) leave memory unchanged. The floating-point
+//! instructions (`norm.rms`, `cvt.f16`, `mm.f16`, `sm.online`,
+//! `ew.rescale`) live in [`super::exec_float`].
 
 use super::arith::{int4_at, requant, sat8, shift_ok};
+use super::exec_float;
 use super::mem::{bytes, bytes_mut, i32_at, set_i32, Mem};
 use super::ExecError;
 use slmcc_backends::npu::isa::{DmaDims, EltOp, Instr, OutType, ReduceOp, WeightType};
@@ -383,6 +386,11 @@ pub fn exec(i: &Instr, ddr: &mut [u8], cbuf: &mut [u8]) -> Result<Traffic, ExecE
             silu_mul(cbuf, a, b, out, len).map(|()| Traffic::default())
         }
         Instr::Reduce { .. } => reduce(cbuf, i).map(|()| Traffic::default()),
+        Instr::RmsNorm { .. }
+        | Instr::CvtF16 { .. }
+        | Instr::MatMulF16 { .. }
+        | Instr::SoftmaxOnline { .. }
+        | Instr::Rescale { .. } => exec_float::exec(i, cbuf).map(|()| Traffic::default()),
         Instr::Signal { .. } | Instr::Wait { .. } => Ok(Traffic::default()),
     }
 }

@@ -2,19 +2,21 @@
 //!
 //! [`NpuSim`] owns a DDR byte array and one CBUF byte array per core and
 //! runs a [`Program`]: bit-exact data semantics ([`exec`], with the
-//! integer arithmetic of [`arith`]) and the documented cycle model
-//! ([`timing`]). Each core's DMA and compute queues advance independently;
-//! the next instruction executed is always the one with the earliest start
-//! time among the queues that can proceed (ties: lower core, then the DMA
-//! queue), and it takes effect atomically. A `sem.wait` proceeds once a
-//! signal is available and completes `sem_cycles` after the later of its
-//! own start and that signal's completion. When no queue can proceed but
-//! some have instructions left, the run ends with
-//! [`SimError::Deadlock`]; it never hangs. Invalid programs, out-of-range
-//! addresses and bad requantization shifts are errors, never panics.
+//! integer arithmetic of [`arith`]; f32/f16 in [`exec_float`]) and the
+//! documented cycle model ([`timing`]). Each core's DMA and compute
+//! queues advance independently; the next instruction executed is always
+//! the one with the earliest start time among the queues that can proceed
+//! (ties: lower core, then the DMA queue), and it takes effect
+//! atomically. A `sem.wait` proceeds once a signal is available and
+//! completes `sem_cycles` after the later of its own start and that
+//! signal's completion. When no queue can proceed but some have
+//! instructions left, the run ends with [`SimError::Deadlock`]; it never
+//! hangs. Invalid programs, out-of-range addresses and bad requantization
+//! shifts are errors, never panics.
 
 pub mod arith;
 pub mod exec;
+pub mod exec_float;
 pub mod mem;
 pub mod timing;
 
@@ -151,7 +153,7 @@ impl NpuSim {
         if t.ddr_bytes_per_sec == 0 || t.clock_hz == 0 {
             return Err(SimError::Target("zero DDR bandwidth or clock"));
         }
-        if t.macs_per_cycle == 0 || t.vector_lanes == 0 {
+        if t.macs_per_cycle == 0 || t.f16_macs_per_cycle == 0 || t.vector_lanes == 0 {
             return Err(SimError::Target("zero MACs or vector lanes per cycle"));
         }
         if self.cbuf.len() != t.cores as usize {
@@ -324,3 +326,12 @@ mod qmatmul_tests;
 
 #[cfg(test)]
 mod qswiglu_tests;
+
+#[cfg(test)]
+mod float_tests;
+
+#[cfg(test)]
+mod attention_tests;
+
+#[cfg(test)]
+mod rms_norm_tests;

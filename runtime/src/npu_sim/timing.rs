@@ -35,7 +35,22 @@ pub fn cycles(t: &Target, i: &Instr, active_cores: u32) -> u64 {
         Instr::Eltwise { len, .. } | Instr::SiluMul { len, .. } => {
             issue.saturating_add(ceil_div(len.into(), lanes))
         }
-        Instr::Reduce { m, n, .. } => issue.saturating_add(ceil_div(mn(m, n), lanes)),
+        Instr::MatMulF16 { .. } => issue.saturating_add(ceil_div(
+            u128::from(i.macs()),
+            u128::from(t.f16_macs_per_cycle),
+        )),
+        Instr::RmsNorm { m, n, residual, .. } => {
+            let passes = if residual.is_some() { 3 } else { 2 };
+            issue.saturating_add(ceil_div(passes * mn(m, n), lanes))
+        }
+        Instr::SoftmaxOnline { m, n, .. } => issue.saturating_add(ceil_div(2 * mn(m, n), lanes)),
+        Instr::CvtF16 { len, lo, .. } => {
+            let passes = if lo.is_some() { 2 } else { 1 };
+            issue.saturating_add(ceil_div(u128::from(len) * passes, lanes))
+        }
+        Instr::Rescale { m, n, .. } | Instr::Reduce { m, n, .. } => {
+            issue.saturating_add(ceil_div(mn(m, n), lanes))
+        }
         Instr::Signal { .. } | Instr::Wait { .. } => t.sem_cycles,
     }
 }

@@ -70,6 +70,16 @@ pub enum KernelError {
         expected: crate::npu::tiler::QKernel,
         got: crate::npu::tiler::QKernel,
     },
+    #[error("attention: {0}")]
+    Attention(&'static str),
+    #[error("{what}: got M = {m}, N = {n}")]
+    Shape { what: &'static str, m: u64, n: u64 },
+    #[error("{what} need {need} bytes of CBUF, the core has {have}")]
+    Cbuf {
+        what: &'static str,
+        need: u64,
+        have: u64,
+    },
     #[error("emitted program is invalid: {0}")]
     Isa(#[from] IsaError),
 }
