@@ -162,8 +162,9 @@ pub struct RunArgs {
     /// package (`.slmpkg`, from `slmcc compile`).
     pub model: PathBuf,
     /// Where to run [default: reference; for a package its target: cpu,
-    /// or npu-sim for rk3588].
-    #[arg(long, value_name = "reference|cpu|npu-sim")]
+    /// or npu-sim for rk3588]. npu-sim-exact keeps attention on the CPU
+    /// (only the NPU kernels bit-exact with their ops).
+    #[arg(long, value_name = "reference|cpu|npu-sim|npu-sim-exact")]
     pub backend: Option<String>,
     /// Quantize the model's weights first (not for packages).
     #[command(flatten)]
@@ -217,8 +218,9 @@ pub struct GenerateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Where to run [default: cpu; npu-sim for an rk3588 package].
-    #[arg(long, value_name = "reference|cpu|npu-sim")]
+    /// Where to run [default: cpu; npu-sim for an rk3588 package];
+    /// npu-sim-exact keeps attention on the CPU.
+    #[arg(long, value_name = "reference|cpu|npu-sim|npu-sim-exact")]
     pub backend: Option<String>,
     /// Quantize the model's weights first (not for packages).
     #[command(flatten)]
@@ -341,7 +343,7 @@ pub struct OnnxTestArgs {
     pub dirs: Vec<PathBuf>,
     #[arg(
         long,
-        value_name = "reference|cpu|npu-sim",
+        value_name = "reference|cpu|npu-sim|npu-sim-exact",
         default_value = "reference"
     )]
     pub backend: String,
@@ -379,7 +381,7 @@ pub struct GoldenCheckArgs {
     pub goldens: Vec<PathBuf>,
     #[arg(
         long,
-        value_name = "reference|cpu|npu-sim",
+        value_name = "reference|cpu|npu-sim|npu-sim-exact",
         default_value = "reference"
     )]
     pub backend: String,

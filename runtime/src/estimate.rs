@@ -18,7 +18,7 @@ use slmcc_backends::npu::Target;
 use slmcc_ir::{Graph, Op, OpDef};
 use slmcc_passes::transforms::partition::{macs, place, Device};
 
-use crate::npu::plan_node;
+use crate::npu::plan_node_keys;
 use crate::npu_sim::{npu_utilisation, NpuSim};
 
 /// The board's CPU side, as the estimate models it.
@@ -246,15 +246,23 @@ pub fn estimate_graph(
         }
         match p.device {
             Device::Npu => {
-                let k = plan_node(g, i, target)?;
+                // Attention over a cache reads the filled slots only (the
+                // runtime runs the program for the key tiles its mask keeps).
+                let keys = (matches!(node.op, Op::Attention(_)) && node.inputs.len() > 3)
+                    .then_some(o.context);
+                let k = plan_node_keys(g, i, target, keys)?;
                 let stats = NpuSim::time(target, &k.program).map_err(|e| e.to_string())?;
                 let npu = stats.cycles as f64 / target.clock_hz as f64;
-                // The activations quantized on the CPU first: f32 in, INT8
-                // and the row records out.
-                // About 4 FLOPs per element (min/max, scale, round), and
-                // the f32 read plus the INT8 write: 1.25 × the f32 bytes.
-                let x = bytes_of(g, node.inputs[0]) as f64;
-                let quantize = cpu.seconds(x, x * 1.25);
+                // A quantized matmul's activations are quantized on the CPU
+                // first: f32 in, INT8 and the row records out. About 4 FLOPs
+                // per element (min/max, scale, round), and the f32 read plus
+                // the INT8 write: 1.25 × the f32 bytes.
+                let quantize = if matches!(node.op, Op::QMatMul(_) | Op::QSwiGlu(_)) {
+                    let x = bytes_of(g, node.inputs[0]) as f64;
+                    cpu.seconds(x, x * 1.25)
+                } else {
+                    0.0
+                };
                 nodes.push(NodeEstimate {
                     node: i,
                     op,

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use slmcc_backends::npu::encode::{disassemble, encode_stream};
 use slmcc_backends::npu::Target;
-use slmcc_ir::Module;
+use slmcc_ir::{Module, OpDef};
 use slmcc_passes::transforms::partition::Device;
 use slmcc_runtime::estimate::{estimate_graph, BoardCpu, EstimateOptions, GraphEstimate};
 use slmcc_runtime::npu::plan_graph;
@@ -159,24 +159,13 @@ pub fn asm_report(m: &Module, pkg: Option<&Package>) -> anyhow::Result<String> {
                 })?,
                 None => &k.program,
             };
-            let p = k.plan.problem;
             let _ = writeln!(
                 out,
-                "; @{} ({size} tokens) node %{}: qmatmul m={} k={} n={} {:?} group={}, tiles k={} n={}, \
-                 ddr: consts {:#x} xq {:#x} rows {:#x} out {:#x}",
+                "; @{} ({size} tokens) node %{}: {} {}",
                 g.name,
                 g.value(g.nodes[k.node].outputs[0]).name,
-                p.m,
-                p.k,
-                p.n,
-                p.wtype,
-                p.group,
-                k.plan.kt,
-                k.plan.nt,
-                k.layout.consts,
-                k.layout.xq,
-                k.layout.rows,
-                k.layout.out
+                g.nodes[k.node].op.mnemonic(),
+                k.kernel.describe()
             );
             for (c, core) in program.cores.iter().enumerate() {
                 for (q, instrs) in [("dma", &core.dma), ("compute", &core.compute)] {

@@ -13,6 +13,7 @@ use anyhow::{anyhow, bail, Context};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
+use slmcc_passes::transforms::partition::NpuOps;
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
@@ -93,7 +94,7 @@ fn load_decoder(args: &GenerateArgs, backend: Option<Backend>) -> anyhow::Result
     if package.is_none() {
         let quant = args.quant.get("none")?;
         let pipeline = match backend {
-            Backend::Cpu | Backend::NpuSim => {
+            Backend::Cpu | Backend::NpuSim(_) => {
                 let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
                 quantized_kv_cache_pipeline(quant, &args.kv.pass(), &sizes)
             }
@@ -119,26 +120,29 @@ fn load_decoder(args: &GenerateArgs, backend: Option<Backend>) -> anyhow::Result
     }
     match backend {
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
-        Backend::Cpu | Backend::NpuSim => {
+        Backend::Cpu => planned_decoder(&module, None).map_err(|e| at(&e)),
+        Backend::NpuSim(ops) => {
             let pkg = package.as_ref().filter(|p| is_rk3588(p));
-            let npu = (backend == Backend::NpuSim).then_some(pkg);
-            planned_decoder(&module, npu).map_err(|e| at(&e))
+            planned_decoder(&module, Some((pkg, ops))).map_err(|e| at(&e))
         }
     }
 }
 
 /// The planned decoder over every bucket graph of `module`: cpu kernels,
-/// or with `npu` the NPU nodes on the simulator (the programs of an rk3588
-/// package when given).
-fn planned_decoder(module: &Module, npu: Option<Option<&Package>>) -> Result<Decoder, DecodeError> {
+/// or with `npu` the NPU nodes of the kinds given on the simulator (the
+/// programs of an rk3588 package when given).
+fn planned_decoder(
+    module: &Module,
+    npu: Option<(Option<&Package>, NpuOps)>,
+) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
     let options = CpuOptions::default();
     let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let fail =
             |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
-        Ok(if let Some(pkg) = npu {
-            Box::new(npu_sim_kernels(module, g, pkg, &target, &options).map_err(|e| fail(&e))?)
+        Ok(if let Some((pkg, ops)) = npu {
+            Box::new(npu_sim_kernels(module, g, pkg, &target, &options, ops).map_err(|e| fail(&e))?)
         } else {
             Box::new(
                 JitKernels::compile(g, &options).map_err(|e| fail(&format!("cpu backend: {e}")))?,

@@ -9,6 +9,7 @@ use slmcc_backends::cpu::CpuOptions;
 use slmcc_backends::npu::Target;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
+use slmcc_passes::transforms::partition::NpuOps;
 use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::jit::run_graph_jit;
 use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord, NpuSimKernels};
@@ -26,9 +27,10 @@ pub enum Backend {
     /// with an op the backend does not lower yet fails naming that node.
     Cpu,
     /// The modelled RK3588: the nodes the `partition` pass places on the
-    /// NPU run their NPU kernels on the simulator (bit-exact), the rest on
-    /// the cpu backend as above.
-    NpuSim,
+    /// NPU (of the kinds given: all for `npu-sim`; for `npu-sim-exact` the
+    /// kernels bit-exact with their ops, attention on the CPU) run their
+    /// NPU kernels on the simulator, the rest on the cpu backend as above.
+    NpuSim(NpuOps),
 }
 
 impl Backend {
@@ -36,8 +38,9 @@ impl Backend {
         match name {
             "reference" => Ok(Backend::Reference),
             "cpu" => Ok(Backend::Cpu),
-            "npu-sim" => Ok(Backend::NpuSim),
-            _ => bail!("unknown backend `{name}` (valid: reference, cpu, npu-sim)"),
+            "npu-sim" => Ok(Backend::NpuSim(NpuOps::ALL)),
+            "npu-sim-exact" => Ok(Backend::NpuSim(NpuOps::EXACT)),
+            _ => bail!("unknown backend `{name}` (valid: reference, cpu, npu-sim, npu-sim-exact)"),
         }
     }
 }
@@ -88,7 +91,7 @@ pub fn prepare_quantized(
     let pipeline = match backend {
         // Both run the fused graph; the cpu backend also specialises it to
         // the input shapes when it runs (`execute`).
-        Backend::Reference | Backend::Cpu | Backend::NpuSim => quant.fusion_pipeline(),
+        Backend::Reference | Backend::Cpu | Backend::NpuSim(_) => quant.fusion_pipeline(),
     };
     let options = RunOptions {
         verify_each: true,
@@ -111,11 +114,11 @@ pub fn execute(
     match backend {
         Backend::Reference => run_graph(module, graph, inputs, capture),
         Backend::Cpu => run_graph_jit(module, graph, inputs, capture, &CpuOptions::default()),
-        Backend::NpuSim => {
+        Backend::NpuSim(ops) => {
             let target = slmcc_backends::npu::Target::rk3588();
             let options = CpuOptions::default();
             let (result, records) =
-                run_graph_npu_sim(module, graph, inputs, capture, &target, &options)?;
+                run_graph_npu_sim(module, graph, inputs, capture, &target, &options, ops)?;
             log_npu_records(&records.borrow(), &target);
             Ok(result)
         }
@@ -166,20 +169,21 @@ pub fn is_rk3588(pkg: &Package) -> bool {
         .is_some_and(|v| v.target == TARGET_RK3588)
 }
 
-/// The NPU kernels of bucket graph `g` for `npu-sim`: the programs stored
-/// in `pkg` when given, else emitted now.
+/// The NPU kernels of bucket graph `g` for `npu-sim` (the kinds `ops`
+/// allows): the programs stored in `pkg` when given, else emitted now.
 pub fn npu_sim_kernels(
     module: &Module,
     g: &Graph,
     pkg: Option<&Package>,
     target: &Target,
     options: &CpuOptions,
+    ops: NpuOps,
 ) -> Result<NpuSimKernels, String> {
     let stored = pkg
         .map(|p| p.npu_programs(&g.name))
         .transpose()
         .map_err(|e| e.to_string())?;
-    NpuSimKernels::new(module, g, target, options, stored.as_ref())
+    NpuSimKernels::new(module, g, target, options, stored.as_ref(), ops)
 }
 
 /// Logs what the simulator counted (an estimate of the model, not a

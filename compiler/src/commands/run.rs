@@ -126,7 +126,7 @@ fn run_bucketed(
                         quant.fusion_pipeline()
                     )
                 }
-                Backend::Cpu | Backend::NpuSim => quantized_plan_pipeline(quant, &list),
+                Backend::Cpu | Backend::NpuSim(_) => quantized_plan_pipeline(quant, &list),
             });
             entry_graph(module)?.name.clone()
         }
@@ -183,7 +183,7 @@ fn run_bucketed(
     let padding = Padding::default();
     let run = match backend {
         Backend::Reference => buckets.run(inputs, padding).map_err(|e| at(&e))?,
-        Backend::Cpu | Backend::NpuSim => {
+        Backend::Cpu | Backend::NpuSim(_) => {
             let Some((_, info)) = buckets.pick(len) else {
                 bail!(
                     "{}: graph @{base}: input has seq = {len}, which exceeds the largest bucket ({})",
@@ -202,8 +202,9 @@ fn run_bucketed(
                     message,
                 };
                 Ok(match backend {
-                    Backend::NpuSim => {
-                        let k = npu_sim_kernels(module, g, pkg, &target, &options).map_err(fail)?;
+                    Backend::NpuSim(ops) => {
+                        let k = npu_sim_kernels(module, g, pkg, &target, &options, ops)
+                            .map_err(fail)?;
                         *records.borrow_mut() = Some(k.records());
                         Box::new(k)
                     }

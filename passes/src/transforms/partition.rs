@@ -7,16 +7,23 @@
 //! [`place`] on the same graph to emit and to run the NPU kernels, so the
 //! three can never disagree. The IR carries no placement of its own.
 //!
-//! What the NPU takes in this version: `qmatmul` and `qswiglu` (INT8 or
-//! INT4 weights, INT8 activations per token) with static weights and at
-//! most 4096 rows, through the weight-stationary kernels of
-//! `backends::npu`. The rules
-//! for everything else say why it stays on the CPU: `f32` weights (the LM
-//! head the `quantize` pass keeps), ops without an NPU kernel yet
-//! (attention, norms, RoPE, the gate arithmetic), and the shape and
-//! data-movement ops that have no arithmetic to speak of.
+//! What the NPU takes in this version, through the kernels of
+//! `backends::npu`: `qmatmul` and `qswiglu` (INT8 or INT4 weights, INT8
+//! activations per token) with static weights and at most 4096 rows;
+//! `rms_norm` and `add_rms_norm` on f32 rows with static weights (bit-exact
+//! on the vector unit); `attention` without soft-capping, heads of at most
+//! [`NPU_MAX_HEAD`], a mask (if any) broadcast over batch and heads (flash
+//! attention with f16 products: the one NPU kernel that is not bit-exact
+//! with its op, see `docs/NPU_ISA.md`). The rules for everything else say
+//! why it stays on the CPU: `f32` weights (the LM head the `quantize` pass
+//! keeps), ops without an NPU kernel yet (layer norm, RoPE, the gate
+//! arithmetic), and the shape and data-movement ops that have no
+//! arithmetic to speak of.
 
-use slmcc_ir::{Graph, Module, Op, ValueDef};
+use std::sync::Arc;
+
+use slmcc_ir::ops::Known;
+use slmcc_ir::{DType, Graph, Module, Op, Tensor, ValueDef, ValueId};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
@@ -32,6 +39,13 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
 /// Most rows one NPU matmul streams through a weight tile (the ISA's `m`
 /// field, `docs/NPU_ISA.md`).
 pub const NPU_MAX_ROWS: u64 = 4096;
+
+/// Largest head size (`d`, `dv`) the NPU attention kernel takes.
+pub const NPU_MAX_HEAD: usize = 512;
+
+/// Most queries or keys of one NPU attention (its DMA and causal-diagonal
+/// fields).
+pub const NPU_MAX_SEQ: usize = 1 << 17;
 
 /// Where a node runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,9 +77,54 @@ impl Placement {
     }
 }
 
+/// Which kinds of ops the NPU may take: all of them for the compiler and
+/// the runtime; a caller that compares numerics keeps some on the CPU
+/// (the attention kernel is the one NPU kernel that is not bit-exact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NpuOps {
+    /// `qmatmul`, `qswiglu`.
+    pub matmuls: bool,
+    /// `rms_norm`, `add_rms_norm`.
+    pub norms: bool,
+    pub attention: bool,
+}
+
+impl NpuOps {
+    pub const ALL: NpuOps = NpuOps {
+        matmuls: true,
+        norms: true,
+        attention: true,
+    };
+    /// The bit-exact kernels only (attention on the CPU).
+    pub const EXACT: NpuOps = NpuOps {
+        attention: false,
+        ..NpuOps::ALL
+    };
+}
+
 /// The placement of every node of `g`, in node order.
 pub fn place(g: &Graph) -> Vec<Placement> {
-    (0..g.nodes.len()).map(|i| place_node(g, i)).collect()
+    place_with(g, NpuOps::ALL)
+}
+
+/// [`place`] with only the op kinds `ops` allows on the NPU.
+pub fn place_with(g: &Graph, ops: NpuOps) -> Vec<Placement> {
+    (0..g.nodes.len())
+        .map(|i| {
+            let p = place_node(g, i);
+            let allowed = match g.nodes[i].op {
+                Op::QMatMul(_) | Op::QSwiGlu(_) => ops.matmuls,
+                Op::RmsNorm(_) | Op::AddRmsNorm(_) => ops.norms,
+                Op::Attention(_) => ops.attention,
+                _ => true,
+            };
+            if allowed || p.device == Device::Cpu {
+                p
+            } else {
+                Placement::cpu("kept on the CPU by the caller")
+            }
+        })
+        .collect()
 }
 
 fn place_node(g: &Graph, i: usize) -> Placement {
@@ -98,9 +157,10 @@ fn place_node(g: &Graph, i: usize) -> Placement {
             "f32 matmul (the NPU multiplies INT8/INT4 weights; quantize keeps the LM head f32)",
         ),
         Op::Glu(_) => Placement::cpu("f32 gated MLP (quantize with glus=keep)"),
-        Op::Attention(_) => Placement::cpu("no NPU attention kernel in this version"),
-        Op::RmsNorm(_) | Op::AddRmsNorm(_) | Op::LayerNorm(_) | Op::AddLayerNorm(_) => {
-            Placement::cpu("no NPU norm kernel in this version (f32 statistics)")
+        Op::Attention(op) => place_attention(g, i, op.softcap),
+        Op::RmsNorm(_) | Op::AddRmsNorm(_) => place_rms_norm(g, i),
+        Op::LayerNorm(_) | Op::AddLayerNorm(_) => {
+            Placement::cpu("no NPU layer-norm kernel in this version")
         }
         Op::Rope(_) => Placement::cpu("no NPU RoPE kernel in this version"),
         Op::Gather(_) | Op::GatherElements(_) | Op::GatherNd(_) => {
@@ -112,6 +172,83 @@ fn place_node(g: &Graph, i: usize) -> Placement {
         }
         _ => Placement::cpu("shape or data movement (no arithmetic for the NPU)"),
     }
+}
+
+fn place_rms_norm(g: &Graph, i: usize) -> Placement {
+    let node = &g.nodes[i];
+    let x = g.ty(node.inputs[0]);
+    let w = *node.inputs.last().expect("norms have a weight");
+    if x.dtype != DType::F32 {
+        Placement::cpu("norm of non-f32 rows (the NPU kernel is f32)")
+    } else if !matches!(g.value(w).def, ValueDef::Weight(_)) && constant_tensor(g, w).is_none() {
+        Placement::cpu("norm weights computed at run time (the NPU packs them at load)")
+    } else if x
+        .shape
+        .as_fixed()
+        .is_none_or(|s| s.last().is_none_or(|&n| n > 16384))
+    {
+        Placement::cpu("norm rows of symbolic shape or wider than 16384")
+    } else {
+        Placement::npu("RMS norm on the vector unit (f32, bit-exact), weights loaded once per core")
+    }
+}
+
+fn place_attention(g: &Graph, i: usize, softcap: f32) -> Placement {
+    let node = &g.nodes[i];
+    let shapes: Option<Vec<Vec<usize>>> = node.inputs[..3]
+        .iter()
+        .map(|&v| g.ty(v).shape.as_fixed())
+        .collect();
+    let Some(shapes) = shapes else {
+        return Placement::cpu("attention of symbolic shape");
+    };
+    let (q, k, v) = (&shapes[0], &shapes[1], &shapes[2]);
+    if g.ty(node.inputs[0]).dtype != DType::F32 {
+        Placement::cpu("attention on non-f32 tensors")
+    } else if softcap > 0.0 {
+        Placement::cpu("soft-capped attention (no tanh on the NPU's vector unit)")
+    } else if q[3] > NPU_MAX_HEAD || v[3] > NPU_MAX_HEAD {
+        Placement::cpu("attention heads larger than 512")
+    } else if q[2] > NPU_MAX_SEQ || k[2] > NPU_MAX_SEQ {
+        Placement::cpu("attention over more than 2^17 queries or keys")
+    } else if node.inputs.len() > 3 && npu_attention_mask_rows(g, i).is_none() {
+        Placement::cpu("attention mask not broadcast over batch and heads, or not bool/f32")
+    } else {
+        Placement::npu("flash attention: f16 products, f32 online softmax, scores stay in CBUF")
+    }
+}
+
+/// The data of `v` when a `constant` node defines it as a concrete tensor.
+pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<Arc<Tensor>> {
+    g.nodes.iter().find_map(|n| match &n.op {
+        Op::Constant(c) if n.outputs.contains(&v) => match &c.value {
+            Known::Tensor(t) => Some(t.clone()),
+            Known::Dims(_) => None,
+        },
+        _ => None,
+    })
+}
+
+/// The rows of attention node `i`'s mask as the NPU kernel reads it: 1
+/// (one row for every query) or the query count, when the mask is `bool`
+/// or `f32` of static shape `[..1, ms, t]` (every dimension before the
+/// last two 1). `None` otherwise, or without a mask.
+pub fn npu_attention_mask_rows(g: &Graph, i: usize) -> Option<usize> {
+    let node = &g.nodes[i];
+    let m = g.ty(*node.inputs.get(3)?);
+    let q = g.ty(node.inputs[0]).shape.as_fixed()?;
+    let t = g.ty(node.inputs[1]).shape.as_fixed()?[2];
+    let dims = m.shape.as_fixed()?;
+    if !matches!(m.dtype, DType::Bool | DType::F32) {
+        return None;
+    }
+    let rows = match dims.len() {
+        0 => return None,
+        1 => 1,
+        n => dims[n - 2],
+    };
+    let leading_ones = dims.len() < 3 || dims[..dims.len() - 2].iter().all(|&d| d == 1);
+    (leading_ones && dims[dims.len() - 1] == t && (rows == 1 || rows == q[2])).then_some(rows)
 }
 
 /// Rows of a matmul-like node's first operand (all axes but the last), when
@@ -254,5 +391,40 @@ mod tests {
         let p = place(&m.graphs[0]);
         assert_eq!(p[0].device, Device::Cpu);
         assert!(p[0].reason.contains("run time"), "{}", p[0].reason);
+    }
+
+    #[test]
+    fn norms_and_attention_go_to_the_npu_unless_they_cannot() {
+        let m = parse_module(
+            "module @m {
+  weight @w : f32[16]
+
+  graph @main(%x: f32[1, 4, 16], %r: f32[1, 4, 16], %q: f32[1, 4, 4, 8], %k: f32[1, 2, 6, 8], %keep: bool[1, 1, 4, 6], %heads: bool[1, 4, 4, 6]) -> (f32[1, 4, 16], f32[1, 4, 16], f32[1, 4, 4, 8], f32[1, 4, 4, 8], f32[1, 4, 4, 8], f32[1, 4, 4, 8]) {
+    %s, %y = add_rms_norm %x, %r, @w {eps = 1e-6} : f32[1, 4, 16], f32[1, 4, 16]
+    %c = constant {value = 1.0} : f32[16]
+    %z = rms_norm %x, %c {eps = 1e-6} : f32[1, 4, 16]
+    %a = attention %q, %k, %k, %keep {kv_heads = 2, scale = 0.25} : f32[1, 4, 4, 8]
+    %b = attention %q, %k, %k, %heads {kv_heads = 2, scale = 0.25} : f32[1, 4, 4, 8]
+    %d = attention %q, %k, %k {kv_heads = 2, scale = 0.25, causal = true, softcap = 30.0} : f32[1, 4, 4, 8]
+    %e = attention %q, %k, %k {kv_heads = 2, scale = 0.25, causal = true} : f32[1, 4, 4, 8]
+    return %s, %z, %a, %b, %d, %e
+  }
+}
+",
+        )
+        .unwrap();
+        let g = &m.graphs[0];
+        let p = place(g);
+        let devices: Vec<Device> = p.iter().map(|p| p.device).collect();
+        use Device::{Cpu, Npu};
+        assert_eq!(devices, [Npu, Cpu, Npu, Npu, Cpu, Cpu, Npu], "{p:?}");
+        assert!(p[4].reason.contains("broadcast over batch and heads"));
+        assert!(p[5].reason.contains("soft-capped"));
+        assert_eq!(npu_attention_mask_rows(g, 3), Some(4));
+        assert_eq!(npu_attention_mask_rows(g, 4), None);
+        let exact = place_with(g, NpuOps::EXACT);
+        assert_eq!(exact[6].device, Cpu);
+        assert!(exact[6].reason.contains("kept on the CPU"));
+        assert_eq!(exact[0].device, Npu);
     }
 }

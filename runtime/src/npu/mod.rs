@@ -1,129 +1,211 @@
 //! The NPU part of a graph: the kernels of the nodes the `partition` pass
-//! places on the NPU (`qmatmul`, `qswiglu`), built from the nodes' static
-//! shapes and weights, and run on the simulator behind the executor's
-//! [`KernelSet`] interface, with every other node on the Cranelift CPU
-//! kernels (`--backend npu-sim`).
+//! places on the NPU (`qmatmul`, `qswiglu`, `rms_norm`, `add_rms_norm`,
+//! `attention`), built from the nodes' static shapes and weights, and run
+//! on the simulator behind the executor's [`KernelSet`] interface, with
+//! every other node on the Cranelift CPU kernels (`--backend npu-sim`).
 //!
-//! [`plan_node`] gives a node's tile plan, DDR image layout and program
-//! without touching weights (what the compiler stores, `slmcc report`
-//! times and disassembles); [`NpuSimKernels`] also packs the weights into
-//! one DDR image per kernel at load. A call then quantizes the activation
-//! rows on the CPU ([`quantize_rows`], the op's steps 1–4), writes them and
-//! their row records into the image, runs the program on the simulator and
-//! reads the f32 result: bit for bit the reference `qmatmul` / `qswiglu`.
+//! [`plan_node`] gives a node's kernel (tile plan, DDR image layout) and
+//! program without touching weights (what the compiler stores, `slmcc
+//! report` times and disassembles); [`NpuSimKernels`] also packs the
+//! weights into one DDR image per kernel at load. A call writes the
+//! node's operands into its image, runs the program on the simulator and
+//! reads the results: per kernel kind in [`qmatmul`] (activations
+//! quantized on the CPU; bit for bit the reference op), [`norm`] (bit for
+//! bit) and [`attention`] (f16 products: within f16 rounding).
+
+mod attention;
+mod norm;
+mod qmatmul;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use slmcc_backends::cpu::{CpuError, CpuExecutor, CpuOptions};
-use slmcc_backends::npu::isa::WeightType;
-use slmcc_backends::npu::kernels::qmatmul::{
-    emit_qmatmul, pack_qmatmul, quantize_rows, QMatmulLayout, RowParams,
-};
-use slmcc_backends::npu::kernels::qswiglu::{emit_qswiglu, pack_qswiglu};
-use slmcc_backends::npu::tiler::{
-    plan_qmatmul, plan_qswiglu, QMatmulProblem, QTilePlan, TileError,
-};
+use slmcc_backends::npu::kernels::attention::{AttentionLayout, AttentionPlan};
+use slmcc_backends::npu::kernels::qmatmul::QMatmulLayout;
+use slmcc_backends::npu::kernels::rms_norm::{RmsNormLayout, RmsNormPlan};
+use slmcc_backends::npu::tiler::QTilePlan;
 use slmcc_backends::npu::{Program, Target};
 use slmcc_ir::verify::node_label;
-use slmcc_ir::{Graph, Module, Op, OpDef, Tensor, ValueDef};
-use slmcc_passes::transforms::partition::{place, Device};
+use slmcc_ir::{Graph, Module, Op, OpDef, Tensor, ValueDef, ValueId};
+use slmcc_passes::transforms::partition::{constant_tensor, place_with, Device, NpuOps};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
 use crate::interp::{Capture, RunError, RunResult};
 use crate::jit::{run_graph_jit_with, JitKernels};
 use crate::npu_sim::{NpuSim, SimStats};
 
+/// What an NPU node's program was planned from.
+#[derive(Clone, Debug)]
+pub enum NpuKernel {
+    /// `qmatmul` or `qswiglu`.
+    QMatmul {
+        plan: QTilePlan,
+        layout: QMatmulLayout,
+    },
+    /// `rms_norm` or `add_rms_norm`.
+    RmsNorm {
+        plan: RmsNormPlan,
+        layout: RmsNormLayout,
+    },
+    Attention {
+        plan: AttentionPlan,
+        layout: AttentionLayout,
+    },
+}
+
+impl NpuKernel {
+    /// One line on the kernel's shapes and tiling (`slmcc report --asm`).
+    pub fn describe(&self) -> String {
+        match self {
+            NpuKernel::QMatmul { plan, layout } => {
+                let p = plan.problem;
+                format!(
+                    "m={} k={} n={} {:?} group={}, tiles k={} n={}, ddr: consts {:#x} xq {:#x} rows {:#x} out {:#x}",
+                    p.m, p.k, p.n, p.wtype, p.group, plan.kt, plan.nt, layout.consts, layout.xq,
+                    layout.rows, layout.out
+                )
+            }
+            NpuKernel::RmsNorm { plan, layout } => format!(
+                "m={} n={} residual={}, rows per tile {}, cores {}, ddr: params {:#x} x {:#x} y {:#x}",
+                plan.m, plan.n, plan.residual, plan.rows_per_tile, plan.cores, layout.params,
+                layout.x, layout.y
+            ),
+            NpuKernel::Attention { plan, layout } => {
+                let p = plan.problem;
+                format!(
+                    "b={} heads={}/{} s={} t={} d={} dv={} causal={} window={} mask={:?}, \
+                     query block {}, key tile {}, cores {}, ddr: q {:#x} k {:#x} v {:#x} out {:#x}",
+                    p.batch, p.heads, p.kv_heads, p.s, p.t, p.d, p.dv, p.causal, p.window,
+                    p.mask, plan.mq, plan.nk, plan.cores, layout.q, layout.k, layout.v, layout.out
+                )
+            }
+        }
+    }
+}
+
 /// One NPU node's kernel, without its data.
 #[derive(Clone, Debug)]
 pub struct NpuNode {
     /// The node's index in its graph.
     pub node: usize,
-    pub plan: QTilePlan,
-    /// The kernel's DDR image, from address 0.
-    pub layout: QMatmulLayout,
+    pub kernel: NpuKernel,
     pub program: Program,
 }
 
-type PlanFn = fn(&QMatmulProblem, &Target) -> Result<QTilePlan, TileError>;
-type EmitFn = fn(
-    &QTilePlan,
-    &Target,
-    &QMatmulLayout,
-) -> Result<Program, slmcc_backends::npu::kernels::KernelError>;
-
-/// The kernel of `qmatmul` or `qswiglu` node `node` of `g` (static
-/// shapes: a bucket graph) for `target`. A `qswiglu` by one fused
-/// `[K, 2·N]` gate_up weight gets the two-weight kernel of `N` columns (its
-/// weight is split when packed).
+/// The kernel of node `node` of `g` (static shapes: a bucket graph) for
+/// `target`.
 pub fn plan_node(g: &Graph, node: usize, target: &Target) -> Result<NpuNode, String> {
+    plan_node_keys(g, node, target, None)
+}
+
+/// [`plan_node`], with an attention node's program over only the first
+/// `keys` keys when given (what a decode step with that many cache slots
+/// filled runs: the estimate's).
+pub fn plan_node_keys(
+    g: &Graph,
+    node: usize,
+    target: &Target,
+    keys: Option<usize>,
+) -> Result<NpuNode, String> {
     let n = &g.nodes[node];
-    let (bits, group, swiglu) = match n.op {
-        Op::QMatMul(op) => (op.bits, op.group, false),
-        Op::QSwiGlu(op) => (op.bits, op.group, true),
-        _ => {
-            return Err(format!(
-                "node {}: no NPU kernel for `{}`",
-                node_label(g, node),
-                n.op.mnemonic()
-            ))
-        }
+    let planned = match n.op {
+        Op::QMatMul(_) | Op::QSwiGlu(_) => qmatmul::plan(g, node, target),
+        Op::RmsNorm(_) | Op::AddRmsNorm(_) => norm::plan(g, node, target),
+        Op::Attention(_) => attention::plan(g, node, target, keys),
+        _ => Err(format!("no NPU kernel for `{}`", n.op.mnemonic())),
     };
-    let at = |e: &dyn std::fmt::Display| format!("node {}: {e}", node_label(g, node));
-    let x = g
-        .ty(n.inputs[0])
-        .shape
-        .as_fixed()
-        .ok_or_else(|| at(&"activations of symbolic shape"))?;
-    let w = g
-        .ty(n.inputs[1])
-        .shape
-        .as_fixed()
-        .ok_or_else(|| at(&"weight of symbolic shape"))?;
-    let (&k, rows) = x.split_last().ok_or_else(|| at(&"rank-0 activations"))?;
-    let m: usize = rows.iter().product();
-    let narrow =
-        |v: usize, what: &str| u32::try_from(v).map_err(|_| at(&format!("{what} too large")));
-    let cols = match (swiglu, n.inputs.len()) {
-        (true, 3) => w[1] / 2,
-        _ => w[1],
-    };
-    let problem = QMatmulProblem {
-        m: narrow(m, "rows")?,
-        k: narrow(k, "K")?,
-        n: narrow(cols, "N")?,
-        wtype: if bits == 4 {
-            WeightType::I4
-        } else {
-            WeightType::I8
-        },
-        group: narrow(group as usize, "group")?,
-    };
-    let (plan_kernel, emit_kernel) = if swiglu {
-        (plan_qswiglu as PlanFn, emit_qswiglu as EmitFn)
-    } else {
-        (plan_qmatmul as PlanFn, emit_qmatmul as EmitFn)
-    };
-    let plan = plan_kernel(&problem, target).map_err(|e| at(&e))?;
-    let layout = QMatmulLayout::new(&plan, 0).map_err(|e| at(&e))?;
-    let program = emit_kernel(&plan, target, &layout).map_err(|e| at(&e))?;
+    let (kernel, program) = planned.map_err(|e| format!("node {}: {e}", node_label(g, node)))?;
     Ok(NpuNode {
         node,
-        plan,
-        layout,
+        kernel,
         program,
     })
 }
 
 /// The kernels of every node of `g` that [`place`] puts on the NPU.
 pub fn plan_graph(g: &Graph, target: &Target) -> Result<Vec<NpuNode>, String> {
-    place(g)
+    plan_graph_with(g, target, NpuOps::ALL)
+}
+
+/// [`plan_graph`] with only the op kinds `ops` allows on the NPU
+/// ([`place_with`]).
+pub fn plan_graph_with(g: &Graph, target: &Target, ops: NpuOps) -> Result<Vec<NpuNode>, String> {
+    place_with(g, ops)
         .iter()
         .enumerate()
         .filter(|(_, p)| p.device == Device::Npu)
         .map(|(i, _)| plan_node(g, i, target))
         .collect()
+}
+
+/// The static shape of value `v`, or an error naming `what`.
+fn fixed_shape(g: &Graph, v: ValueId, what: &str) -> Result<Vec<usize>, String> {
+    g.ty(v)
+        .shape
+        .as_fixed()
+        .ok_or_else(|| format!("{what} of symbolic shape"))
+}
+
+/// A weight operand's data, by its value: a module weight or a constant.
+fn weight_data(
+    module: &Module,
+    g: &Graph,
+    v: ValueId,
+) -> Result<std::sync::Arc<slmcc_ir::Tensor>, String> {
+    let ValueDef::Weight(name) = &g.value(v).def else {
+        if let Some(t) = constant_tensor(g, v) {
+            return Ok(t);
+        }
+        return Err(
+            "a weight operand computed at run time (the NPU kernel packs weights at load)".into(),
+        );
+    };
+    module
+        .weights
+        .tensor(name)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("weight @{name} has no data"))
+}
+
+/// `len` f32 values at `p`.
+///
+/// # Safety
+///
+/// `p` must be valid for reads of `len` f32 values and 4-byte aligned.
+unsafe fn f32s<'a>(p: *const u8, len: usize) -> &'a [f32] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(p as *const f32, len) }
+}
+
+/// Writes `v` little-endian at DDR offset `at`.
+fn write_f32s(ddr: &mut [u8], at: u32, v: &[f32]) {
+    for (b, x) in ddr[at as usize..][..4 * v.len()].chunks_exact_mut(4).zip(v) {
+        b.copy_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Reads `len` f32 values at DDR offset `at` into `p`.
+///
+/// # Safety
+///
+/// `p` must be valid for writes of `len` f32 values and 4-byte aligned.
+unsafe fn read_f32s(ddr: &[u8], at: u32, p: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    let out = unsafe { std::slice::from_raw_parts_mut(p as *mut f32, len) };
+    for (o, b) in out
+        .iter_mut()
+        .zip(ddr[at as usize..][..4 * len].chunks_exact(4))
+    {
+        *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+    }
+}
+
+/// Runs a node's `program` on its simulator.
+fn run_program(sim: &mut NpuSim, program: &Program) -> Result<SimStats, KernelError> {
+    sim.run(program)
+        .map_err(|_| KernelError("npu simulator failed (see `slmcc report --asm`)"))
 }
 
 /// What the simulator counted for one NPU node over the calls so far.
@@ -139,12 +221,72 @@ pub type NpuRecords = Rc<RefCell<HashMap<usize, NodeRecord>>>;
 
 /// One NPU node loaded: its DDR image (constants packed at load) and the
 /// buffers a call fills, reused by every call.
-struct LoadedNode {
+enum LoadedNode {
+    Q(qmatmul::LoadedQ),
+    Norm(norm::LoadedNorm),
+    Attention(attention::LoadedAttention),
+}
+
+fn load_node(
+    module: &Module,
+    g: &Graph,
     node: NpuNode,
-    k: usize,
-    xq: Vec<i8>,
-    rows: Vec<RowParams>,
-    sim: NpuSim,
+    target: &Target,
+) -> Result<LoadedNode, String> {
+    let i = node.node;
+    Ok(match node.kernel {
+        NpuKernel::QMatmul { plan, layout } => LoadedNode::Q(qmatmul::LoadedQ::load(
+            module,
+            g,
+            i,
+            (plan, layout),
+            node.program,
+            target,
+        )?),
+        NpuKernel::RmsNorm { plan, layout } => LoadedNode::Norm(norm::LoadedNorm::load(
+            module,
+            g,
+            i,
+            (plan, layout),
+            node.program,
+            target,
+        )?),
+        NpuKernel::Attention { plan, layout } => LoadedNode::Attention(
+            attention::LoadedAttention::load((plan, layout), node.program, target),
+        ),
+    })
+}
+
+impl LoadedNode {
+    /// One call on node `node`'s buffers (operands, then results), counted
+    /// in `records`.
+    ///
+    /// # Safety
+    ///
+    /// The buffers must be valid and 4-byte aligned for the node's static
+    /// types; results may alias operands (every operand is copied into
+    /// the DDR image before any result is written).
+    unsafe fn call_raw(
+        &mut self,
+        node: usize,
+        ins: &[*const u8],
+        outs: &[*mut u8],
+        records: &NpuRecords,
+    ) -> Result<(), KernelError> {
+        // SAFETY: the caller's contract.
+        let stats = unsafe {
+            match self {
+                LoadedNode::Q(l) => l.call_raw(ins, outs),
+                LoadedNode::Norm(l) => l.call_raw(ins, outs),
+                LoadedNode::Attention(l) => l.call_raw(ins, outs),
+            }
+        }?;
+        let mut r = records.borrow_mut();
+        let rec = r.entry(node).or_default();
+        rec.calls += 1;
+        rec.last = stats;
+        Ok(())
+    }
 }
 
 /// A graph's kernels for the executor: the NPU nodes on the simulator, the
@@ -157,18 +299,20 @@ pub struct NpuSimKernels {
 
 impl NpuSimKernels {
     /// Compiles the CPU nodes of `graph` (a bucket graph of `module`) and
-    /// loads its NPU nodes with their weights. With `stored` (a package's
-    /// programs, [`crate::package::Package::npu_programs`]) every NPU node
-    /// runs the program stored for it, which must exist; otherwise the
-    /// programs are emitted now.
+    /// loads its NPU nodes (of the kinds `ops` allows) with their weights.
+    /// With `stored` (a package's programs,
+    /// [`crate::package::Package::npu_programs`]) every NPU node runs the
+    /// program stored for it, which must exist; otherwise the programs are
+    /// emitted now.
     pub fn new(
         module: &Module,
         graph: &Graph,
         target: &Target,
         options: &CpuOptions,
         stored: Option<&HashMap<usize, Program>>,
+        ops: NpuOps,
     ) -> Result<NpuSimKernels, String> {
-        let nodes = plan_graph(graph, target)?;
+        let nodes = plan_graph_with(graph, target, ops)?;
         let jit = JitKernels::compile(graph, options).map_err(|e: CpuError| e.to_string())?;
         let mut npu = HashMap::new();
         for mut node in nodes {
@@ -198,129 +342,6 @@ impl NpuSimKernels {
     }
 }
 
-/// A weight operand's data, by its value.
-fn weight_data(
-    module: &Module,
-    g: &Graph,
-    v: slmcc_ir::ValueId,
-) -> Result<std::sync::Arc<slmcc_ir::Tensor>, String> {
-    let ValueDef::Weight(name) = &g.value(v).def else {
-        return Err(
-            "a weight operand computed at run time (the NPU kernel packs weights at load)".into(),
-        );
-    };
-    module
-        .weights
-        .tensor(name)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("weight @{name} has no data"))
-}
-
-fn load_node(
-    module: &Module,
-    g: &Graph,
-    node: NpuNode,
-    target: &Target,
-) -> Result<LoadedNode, String> {
-    let n = &g.nodes[node.node];
-    let mut weights = Vec::new();
-    for pair in n.inputs[1..].chunks(2) {
-        let q = weight_data(module, g, pair[0])?;
-        let scale = weight_data(module, g, pair[1])?;
-        let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
-        let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
-        weights.push((q, scale));
-    }
-    let consts = match (n.op.mnemonic(), &weights[..]) {
-        ("qswiglu", [(gq, gs), (uq, us)]) => pack_qswiglu(&node.plan, gq, gs, uq, us),
-        ("qswiglu", [(q, s)]) => {
-            // The fused gate_up weight: gate is the first half of the columns.
-            let half = node.plan.problem.n as usize;
-            let (gq, uq) = split_columns(q, half);
-            let (gs, us) = split_columns(s, half);
-            pack_qswiglu(&node.plan, &gq, &gs, &uq, &us)
-        }
-        (_, [(q, s)]) => pack_qmatmul(&node.plan, q, s),
-        _ => return Err(format!("{} weight operands", weights.len())),
-    }
-    .map_err(|e| e.to_string())?;
-    let mut ddr = vec![0u8; node.layout.total as usize];
-    ddr[node.layout.consts as usize..][..consts.len()].copy_from_slice(&consts);
-    let p = node.plan.problem;
-    let (m, k) = (p.m as usize, p.k as usize);
-    Ok(LoadedNode {
-        k,
-        xq: vec![0; node.plan.m_pad as usize * k],
-        rows: vec![RowParams::default(); m],
-        sim: NpuSim::new(target.clone(), ddr),
-        node,
-    })
-}
-
-/// The left and right `half` columns of a row-major `[rows, 2·half]` matrix.
-fn split_columns<T: Copy>(m: &[T], half: usize) -> (Vec<T>, Vec<T>) {
-    let (mut l, mut r) = (
-        Vec::with_capacity(m.len() / 2),
-        Vec::with_capacity(m.len() / 2),
-    );
-    for row in m.chunks_exact(2 * half) {
-        l.extend_from_slice(&row[..half]);
-        r.extend_from_slice(&row[half..]);
-    }
-    (l, r)
-}
-
-impl LoadedNode {
-    /// Rows × `K` activations in, rows × `N` results out.
-    fn sizes(&self) -> (usize, usize) {
-        let p = self.node.plan.problem;
-        (p.m as usize * self.k, p.m as usize * p.n as usize)
-    }
-
-    /// One call: quantize `x`'s rows, run the program, read `y`.
-    fn call(&mut self, x: &[f32], y: &mut [f32]) -> Result<SimStats, KernelError> {
-        quantize_rows(x, self.k, &mut self.xq, &mut self.rows);
-        self.node
-            .layout
-            .write_inputs(&mut self.sim.ddr, &self.xq, &self.rows);
-        let stats = self
-            .sim
-            .run(&self.node.program)
-            .map_err(|_| KernelError("npu simulator failed (see `slmcc report --asm`)"))?;
-        self.node.layout.read_output(&self.sim.ddr, y);
-        Ok(stats)
-    }
-
-    /// [`LoadedNode::call`] on raw buffers of `nx` and `ny` f32 values,
-    /// counted in `records`.
-    ///
-    /// # Safety
-    ///
-    /// `x` and `y` must be valid, 4-byte aligned, non-overlapping buffers
-    /// of the node's planned sizes.
-    unsafe fn call_raw(
-        &mut self,
-        x: *const u8,
-        y: *mut u8,
-        records: &NpuRecords,
-    ) -> Result<(), KernelError> {
-        let (nx, ny) = self.sizes();
-        // SAFETY: the caller's contract.
-        let (xs, ys) = unsafe {
-            (
-                std::slice::from_raw_parts(x as *const f32, nx),
-                std::slice::from_raw_parts_mut(y as *mut f32, ny),
-            )
-        };
-        let stats = self.call(xs, ys)?;
-        let mut r = records.borrow_mut();
-        let rec = r.entry(self.node.node).or_default();
-        rec.calls += 1;
-        rec.last = stats;
-        Ok(())
-    }
-}
-
 impl KernelSet for NpuSimKernels {
     fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String> {
         let Some(loaded) = self.npu.get(&node) else {
@@ -328,26 +349,36 @@ impl KernelSet for NpuSimKernels {
         };
         let loaded = loaded.clone();
         let records = self.records.clone();
+        let n = &graph.nodes[node];
+        let planned = |vs: &[ValueId]| -> Vec<Option<usize>> {
+            vs.iter()
+                .map(|&v| graph.ty(v).shape.as_fixed().map(|s| s.iter().product()))
+                .collect()
+        };
+        let (want_in, want_out) = (planned(&n.inputs), planned(&n.outputs));
         Ok(Box::new(move |args: &KernelArgs<'_>| {
-            let mut l = loaded.borrow_mut();
-            let (x, y) = (&args.inputs[0], &args.outputs[0]);
-            if (x.elements(), y.elements()) != l.sizes() {
+            let got = |ts: &[crate::exec::TensorRef]| -> Vec<Option<usize>> {
+                ts.iter().map(|t| Some(t.elements())).collect()
+            };
+            if got(args.inputs) != want_in || got(args.outputs) != want_out {
                 return Err(KernelError(
                     "npu kernel called with other shapes than planned",
                 ));
             }
+            let ins: Vec<*const u8> = args.inputs.iter().map(|t| t.ptr as *const u8).collect();
+            let outs: Vec<*mut u8> = args.outputs.iter().map(|t| t.ptr).collect();
             // SAFETY: the executor passes valid, 64-byte aligned buffers of
-            // the node's static shapes (checked above); `qmatmul`'s result
-            // never aliases its operand.
-            unsafe { l.call_raw(x.ptr, y.ptr, &records) }
+            // the node's static shapes (checked above).
+            unsafe { loaded.borrow_mut().call_raw(node, &ins, &outs, &records) }
         }))
     }
 }
 
-/// Binds, specialises and runs `graph` of `module` with the NPU nodes on
-/// the simulator and the rest on the JIT (one buffer per value, so every
-/// value can be captured: what `golden check --backend npu-sim` uses).
-/// Returns the run and the simulator's counts per NPU node.
+/// Binds, specialises and runs `graph` of `module` with the NPU nodes (of
+/// the kinds `ops` allows) on the simulator and the rest on the JIT (one
+/// buffer per value, so every value can be captured: what `golden check
+/// --backend npu-sim` uses). Returns the run and the simulator's counts
+/// per NPU node.
 pub fn run_graph_npu_sim(
     module: &Module,
     graph: &Graph,
@@ -355,23 +386,27 @@ pub fn run_graph_npu_sim(
     capture: &Capture,
     target: &Target,
     options: &CpuOptions,
+    ops: NpuOps,
 ) -> Result<(RunResult, NpuRecords), RunError> {
     let records = NpuRecords::default();
     let hook = |special: &Module, g: &Graph, exec: &mut CpuExecutor| -> Result<(), String> {
-        for node in plan_graph(g, target)? {
+        for node in plan_graph_with(g, target, ops)? {
             let i = node.node;
             let mut loaded = load_node(special, g, node, target)
                 .map_err(|e| format!("node {}: {e}", node_label(g, i)))?;
             let records = records.clone();
-            // The kernel ABI's buffers: the operands, then the result.
-            let result = g.nodes[i].inputs.len();
+            // The kernel ABI's buffers: the operands, then the results.
+            let operands = g.nodes[i].inputs.len();
             exec.override_node(
                 i,
                 Box::new(move |ptrs: &[*mut u8]| {
+                    let ins: Vec<*const u8> =
+                        ptrs[..operands].iter().map(|&p| p as *const u8).collect();
                     // SAFETY: the cpu executor passes the node's buffers
-                    // (operands x and the weights, then the result), each
-                    // sized and 16-byte aligned for its static type.
-                    unsafe { loaded.call_raw(ptrs[0], ptrs[result], &records) }.map_err(|e| e.0)
+                    // (the operands, then the results), each sized and
+                    // 16-byte aligned for its static type.
+                    unsafe { loaded.call_raw(i, &ins, &ptrs[operands..], &records) }
+                        .map_err(|e| e.0)
                 }),
             );
         }
@@ -419,7 +454,9 @@ mod tests {
         let target = Target::rk3588();
         let node = plan_node(g, 0, &target).unwrap();
         let timed = NpuSim::time(&target, &node.program).unwrap();
-        let mut loaded = load_node(&m, g, node, &target).unwrap();
+        let Ok(LoadedNode::Q(mut loaded)) = load_node(&m, g, node, &target) else {
+            panic!("a qmatmul node loads as one");
+        };
         let x: Vec<f32> = (0..9 * 64)
             .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
             .collect();
@@ -442,7 +479,7 @@ mod tests {
     }
 
     #[test]
-    fn only_qmatmul_has_an_npu_kernel() {
+    fn an_f32_matmul_has_no_npu_kernel() {
         let mut m = module();
         m.graphs[0].nodes[0].op = Op::MatMul(slmcc_ir::ops::matmul::MatMul);
         let e = plan_node(&m.graphs[0], 0, &Target::rk3588()).unwrap_err();
