@@ -5,8 +5,9 @@
 //!
 //! With a mask operand the call first finds the key columns the mask keeps
 //! for some query (a KV cache's mask keeps the filled slots) and runs the
-//! program for the key tiles that meet them, emitted once per tile range
-//! and cached; the full range runs the node's stored program. Skipped
+//! program for those keys (from a key tile's start to a multiple of 16),
+//! emitted once per range and cached; the full range runs the node's
+//! stored program. Skipped
 //! tiles are masked for every query, so the result is the same.
 
 use std::collections::HashMap;
@@ -77,8 +78,10 @@ pub(super) fn plan(
     Ok((NpuKernel::Attention { plan, layout }, program))
 }
 
-/// A loaded attention node: its DDR image and the programs by key-tile
-/// range.
+/// The key ranges the runtime runs programs for end at multiples of this.
+const KEY_GRANULE: usize = 16;
+
+/// A loaded attention node: its DDR image and the programs by key range.
 pub(super) struct LoadedAttention {
     plan: AttentionPlan,
     layout: AttentionLayout,
@@ -106,9 +109,10 @@ impl LoadedAttention {
         }
     }
 
-    /// The key columns the mask in the image keeps for some query, cut to
-    /// whole key tiles.
-    fn kept_tiles(&self) -> Range<u32> {
+    /// The key columns the mask in the image keeps for some query, from the
+    /// start of its key tile to the next multiple of [`KEY_GRANULE`] (so a
+    /// decode step reuses a program for 16 steps).
+    fn kept_keys(&self) -> Range<u32> {
         let p = &self.plan.problem;
         let (t, rows) = (p.t as usize, p.mask_rows as usize);
         let Some(at) = self.layout.mask else {
@@ -129,7 +133,7 @@ impl LoadedAttention {
         };
         let hi = (lo..t).rev().find(|&j| kept(j)).map_or(lo, |j| j + 1);
         let nk = self.plan.nk as usize;
-        (lo / nk * nk) as u32..(hi.div_ceil(nk) * nk).min(t) as u32
+        (lo / nk * nk) as u32..(hi.div_ceil(KEY_GRANULE) * KEY_GRANULE).min(t) as u32
     }
 
     /// One call on the node's buffers: operands `q`, `k`, `v` (and the
@@ -162,7 +166,7 @@ impl LoadedAttention {
                 }
             }
         }
-        let keys = self.kept_tiles();
+        let keys = self.kept_keys();
         let key = (keys.start, keys.end);
         if !self.programs.contains_key(&key) {
             let prog = emit_attention(&self.plan, &self.target, &self.layout, keys)

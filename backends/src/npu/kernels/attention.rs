@@ -19,8 +19,11 @@
 //! rescaled per tile and divided by the sum at the end (`ew.rescale`). It
 //! is therefore *not* bit-exact with the f32 IR op, only close to it.
 //!
-//! Schedule, per core: work items are `(batch, head, query block of
-//! [`AttentionPlan::mq`] rows)`, split over the cores in contiguous
+//! Schedule, per core: work items are `(batch, heads, query block)` — one
+//! query head, or without a causal rule all the query heads of one KV
+//! head stacked as the rows of one block ([`AttentionPlan::stack`]: each
+//! K/V tile is then loaded once for the group, as the matmul kernels load
+//! a weight tile once for every row) — split over the cores in contiguous
 //! ranges. Per item the DMA queue loads the query block (the compute queue
 //! converts it to its f16 halves once and frees the staging buffer), then
 //! streams the key tiles — K, V and the mask tile into ping-pong slot
@@ -29,9 +32,10 @@
 //! `mm.f16`), `sm.online`, `T = P·V`, `ew.rescale`. After the last tile it divides by the sums and the DMA
 //! queue stores the block. Key tiles that the causal or window rule masks
 //! for every row of the block are skipped, as are tiles outside the key
-//! range the caller passes (the runtime passes the range its mask keeps,
-//! so a decode step reads only the filled part of a KV cache); skipping a
-//! fully masked tile leaves the result's bits unchanged.
+//! range the caller passes, and the last tile ends with the range (the
+//! runtime passes the range its mask keeps, so a decode step reads only
+//! the filled part of a KV cache); skipping fully masked keys leaves the
+//! result's bits unchanged.
 //!
 //! Semaphores per core: `s0`/`s1` slot full, `s2`/`s3` slot free, `s4`
 //! query block loaded, `s5` query staging free, `s6` output block done.
@@ -104,8 +108,13 @@ impl AttentionProblem {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionPlan {
     pub problem: AttentionProblem,
-    /// Query rows per block.
+    /// Rows per block (`stack` query heads × `mq / stack` queries).
     pub mq: u32,
+    /// Query heads sharing one block: the heads of a KV head's group
+    /// (each key tile is then loaded once for all of them) when the
+    /// problem has no causal rule (whose diagonal counts rows as
+    /// positions), else 1.
+    pub stack: u32,
     /// Keys per tile (the online softmax's step).
     pub nk: u32,
     /// Cores with work.
@@ -195,7 +204,9 @@ impl Cbuf {
 }
 
 /// Chooses the query block and key tile: the largest query block (fewest
-/// K/V reloads), then the largest key tile, whose buffers fit the CBUF.
+/// K/V reloads), then the largest key tile, whose buffers fit the CBUF. A
+/// KV head's group of query heads shares each block when that is allowed
+/// (see [`AttentionPlan::stack`]) and fits.
 pub fn plan_attention(p: &AttentionProblem, target: &Target) -> Result<AttentionPlan, KernelError> {
     let bad = |what: &'static str| KernelError::Attention(what);
     if p.batch == 0 || p.heads == 0 || p.kv_heads == 0 || p.s == 0 || p.t == 0 {
@@ -226,19 +237,29 @@ pub fn plan_attention(p: &AttentionProblem, target: &Target) -> Result<Attention
         v.insert(0, top);
         v
     };
-    for mq in sizes(cap(p.s)) {
-        for nk in sizes(cap(p.t)) {
-            if nk < 8.min(p.t) {
-                break;
-            }
-            if Cbuf::new(p, mq, nk).is_some_and(|c| c.end <= target.cbuf_bytes) {
-                let items = p.batch * p.heads * p.s.div_ceil(mq);
-                return Ok(AttentionPlan {
-                    problem: *p,
-                    mq,
-                    nk,
-                    cores: items.min(target.cores),
-                });
+    let group = p.heads / p.kv_heads;
+    // A stacked block's heads are `s·d·4` bytes apart in DDR: the DMA's
+    // outer stride.
+    let head_bytes = u64::from(p.s) * u64::from(p.d.max(p.dv)) * 4;
+    let stackable = !p.causal && group > 1 && group <= MAX_SM && head_bytes < 1 << 20;
+    let stacks: &[u32] = if stackable { &[group, 1] } else { &[1] };
+    for &stack in stacks {
+        for qrows in sizes(cap(p.s).min(MAX_SM / stack)) {
+            let mq = stack * qrows;
+            for nk in sizes(cap(p.t)) {
+                if nk < 8.min(p.t) {
+                    break;
+                }
+                if Cbuf::new(p, mq, nk).is_some_and(|c| c.end <= target.cbuf_bytes) {
+                    let items = p.batch * (p.heads / stack) * p.s.div_ceil(qrows);
+                    return Ok(AttentionPlan {
+                        problem: *p,
+                        mq,
+                        stack,
+                        nk,
+                        cores: items.min(target.cores),
+                    });
+                }
             }
         }
     }
@@ -302,34 +323,46 @@ impl AttentionLayout {
     }
 }
 
-/// One work item: query head `(n, h)`, rows `i0..i0 + rows`.
+/// One work item: query heads `(n, h0..h0 + stack)` (one KV head's),
+/// queries `i0..i0 + qrows` of each, `rows = stack · qrows` rows.
 #[derive(Clone, Copy, Debug)]
 struct Item {
     n: u32,
-    h: u32,
+    h0: u32,
+    stack: u32,
     i0: u32,
-    rows: u32,
+    qrows: u32,
 }
 
-/// The key tiles item `it` processes: tile starts `j0` (multiples of `nk`)
-/// inside `keys` that the causal / window rule keeps for some row; at least
-/// one tile (a block with nothing to see still needs its row of zeros).
-fn key_tiles(p: &AttentionProblem, nk: u32, it: &Item, keys: &Range<u32>) -> Vec<u32> {
+impl Item {
+    fn rows(&self) -> u32 {
+        self.stack * self.qrows
+    }
+}
+
+/// The key tiles item `it` processes, as `(j0, keys)`: tiles start at
+/// multiples of `nk` inside `keys`, the last one ends at `keys.end` (the
+/// keys past it are masked for every query), and the causal / window rule
+/// keeps some key of each for some query; at least one tile (a block with
+/// nothing to see still needs its rows of zeros).
+fn key_tiles(p: &AttentionProblem, nk: u32, it: &Item, keys: &Range<u32>) -> Vec<(u32, u32)> {
     let past = i64::from(p.t) - i64::from(p.s);
     let first_pos = i64::from(it.i0) + past;
-    let last_pos = first_pos + i64::from(it.rows) - 1;
+    let last_pos = first_pos + i64::from(it.qrows) - 1;
     let lo = keys.start / nk * nk;
     let hi = keys.end.min(p.t);
-    let tiles: Vec<u32> = (lo..hi)
+    let tiles: Vec<(u32, u32)> = (lo..hi)
         .step_by(nk as usize)
-        .filter(|&j0| {
-            let j1 = i64::from((j0 + nk).min(p.t)) - 1;
+        .map(|j0| (j0, (j0 + nk).min(hi) - j0))
+        .filter(|&(j0, kn)| {
+            let j1 = i64::from(j0 + kn) - 1;
             let j0 = i64::from(j0);
             !p.causal || (j0 <= last_pos && (p.window == 0 || j1 > first_pos - i64::from(p.window)))
         })
         .collect();
     if tiles.is_empty() {
-        vec![lo.min((p.t - 1) / nk * nk)]
+        let j0 = lo.min((p.t - 1) / nk * nk);
+        vec![(j0, nk.min(p.t - j0))]
     } else {
         tiles
     }
@@ -352,11 +385,18 @@ pub fn emit_attention(
             "the plan does not fit this target's CBUF",
         ))?;
     let mut items = Vec::new();
+    let (stack, qrows) = (plan.stack, mq / plan.stack);
     for n in 0..p.batch {
-        for h in 0..p.heads {
-            for i0 in (0..p.s).step_by(mq as usize) {
-                let rows = mq.min(p.s - i0);
-                items.push(Item { n, h, i0, rows });
+        for h0 in (0..p.heads).step_by(stack as usize) {
+            for i0 in (0..p.s).step_by(qrows as usize) {
+                let qrows = qrows.min(p.s - i0);
+                items.push(Item {
+                    n,
+                    h0,
+                    stack,
+                    i0,
+                    qrows,
+                });
             }
         }
     }
@@ -392,8 +432,17 @@ fn emit_item(
     u: &mut usize,
     core: &mut CoreProgram,
 ) -> Result<(), KernelError> {
-    let (d, dv, rows) = (p.d, p.dv, it.rows);
-    let kvh = it.h / (p.heads / p.kv_heads);
+    let (d, dv, rows) = (p.d, p.dv, it.rows());
+    let kvh = it.h0 / (p.heads / p.kv_heads);
+    // The block's rows: `qrows` queries of each of its `stack` heads,
+    // `s` rows of `width` f32 apart.
+    let block = |width: u32| DmaDims {
+        run: width * 4,
+        count1: it.qrows,
+        stride1: width * 4,
+        count2: it.stack,
+        stride2: if it.stack > 1 { p.s * width * 4 } else { 0 },
+    };
     let row_of = |base: u32, heads: u32, head: u32, len: u32, row: u32, width: u32| -> u64 {
         u64::from(base)
             + ((u64::from(it.n) * u64::from(heads) + u64::from(head)) * u64::from(len)
@@ -410,8 +459,8 @@ fn emit_item(
     }
     core.dma.push(Instr::DmaLoad {
         cbuf: cb.q_stage,
-        ddr: ddr(row_of(layout.q, p.heads, it.h, p.s, it.i0, d))?,
-        dims: DmaDims::rows(d * 4, rows, d * 4),
+        ddr: ddr(row_of(layout.q, p.heads, it.h0, p.s, it.i0, d))?,
+        dims: block(d),
     });
     core.dma.push(Instr::Signal { sem: Q_FULL });
     core.compute.push(Instr::Wait { sem: Q_FULL });
@@ -423,8 +472,7 @@ fn emit_item(
     });
     core.compute.push(Instr::Signal { sem: Q_FREE });
     let past = i64::from(p.t) - i64::from(p.s);
-    for (ti, j0) in key_tiles(p, nk, it, keys).into_iter().enumerate() {
-        let kn = nk.min(p.t - j0);
+    for (ti, (j0, kn)) in key_tiles(p, nk, it, keys).into_iter().enumerate() {
         let slot = *u % 2;
         let (ks, vs, ms) = cb.slots[slot];
         if *u >= 2 {
@@ -450,10 +498,18 @@ fn emit_item(
                 let at = u64::from(base)
                     + (u64::from(first_row) * u64::from(p.t) + u64::from(j0)) * u64::from(eb);
                 let stride = if p.mask_rows == 1 { 0 } else { p.t * eb };
+                // The same mask rows for each stacked head.
+                let dims = DmaDims {
+                    run: kn * eb,
+                    count1: it.qrows,
+                    stride1: stride,
+                    count2: it.stack,
+                    stride2: 0,
+                };
                 core.dma.push(Instr::DmaLoad {
                     cbuf: ms,
                     ddr: ddr(at)?,
-                    dims: DmaDims::rows(kn * eb, rows, stride),
+                    dims,
                 });
                 if kind == MaskKind::Keep {
                     ScoreMask::Keep(ms)
@@ -557,9 +613,9 @@ fn emit_item(
     core.compute.push(Instr::Signal { sem: O_DONE });
     core.dma.push(Instr::Wait { sem: O_DONE });
     core.dma.push(Instr::DmaStore {
-        ddr: ddr(row_of(layout.out, p.heads, it.h, p.s, it.i0, dv))?,
+        ddr: ddr(row_of(layout.out, p.heads, it.h0, p.s, it.i0, dv))?,
         cbuf: cb.o,
-        dims: DmaDims::rows(dv * 4, rows, dv * 4),
+        dims: block(dv),
     });
     Ok(())
 }
