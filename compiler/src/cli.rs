@@ -290,15 +290,24 @@ pub struct KvArgs {
     /// The cache's element type.
     #[arg(long, value_name = "f32|f16", default_value = "f32")]
     pub kv_dtype: String,
+    /// Which rows of a step get logits: `last` (the chunk's last token, the
+    /// one generation reads: the LM head multiplies one row) or `all`.
+    #[arg(long, value_name = "last|all", default_value = "last")]
+    pub prefill_logits: String,
 }
 
 impl KvArgs {
-    /// The `kv-cache` pipeline entry.
-    pub fn pass(&self) -> String {
-        format!(
+    /// The `kv-cache` pipeline entries (and `last-logits`).
+    pub fn pass(&self) -> anyhow::Result<String> {
+        let kv = format!(
             "kv-cache{{max-context={},window={},sinks={},dtype={}}}",
             self.max_context, self.kv_window, self.kv_sinks, self.kv_dtype
-        )
+        );
+        match self.prefill_logits.as_str() {
+            "last" => Ok(format!("{kv},last-logits")),
+            "all" => Ok(kv),
+            other => anyhow::bail!("unknown --prefill-logits `{other}` (valid: last, all)"),
+        }
     }
 }
 

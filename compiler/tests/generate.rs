@@ -144,6 +144,10 @@ fn prefill_in_chunks_and_an_f16_cache_keep_the_tokens() {
         "cpu",
         &["--buckets", "2,4", "--max-context", "72"],
     );
+    // Every row's logits, as the export computes them (by default the LM
+    // head multiplies only each chunk's last row): the same tokens.
+    check("llama", "llama", "cpu", &["--prefill-logits", "all"]);
+    check("qwen2", "qwen2", "reference", &["--prefill-logits", "all"]);
     // An f16 cache rounds keys and values to 11 significant bits (relative
     // error up to 2^-11 ≈ 4.9e-4 each): the greedy tokens stay, and the
     // logits stay within 2e-3 of transformers' FP32 ones.

@@ -7,7 +7,9 @@ use crate::eqsat::runner::LIMIT_OPTIONS;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{Pass, PassError};
 use crate::pipeline::PipelineEntry;
-use crate::transforms::{bucket_specialize, kv_cache, partition, plan_memory, quantize};
+use crate::transforms::{
+    bucket_specialize, kv_cache, last_logits, partition, plan_memory, quantize,
+};
 use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
 /// A registered pass: name, one-line summary, declared options and constructor.
@@ -82,6 +84,12 @@ pub static PASSES: &[PassInfo] = &[
         summary: "a step over a static KV cache: cache inputs/outputs, kv_write + kv_mask, positions from %cache_pos",
         options: kv_cache::OPTIONS,
         create: |o| Box::new(kv_cache::KvCache::from_options(o)),
+    },
+    PassInfo {
+        name: "last-logits",
+        summary: "a KV-cache step multiplies one row (%logits_row) by the LM head, not every position",
+        options: last_logits::OPTIONS,
+        create: |o| Box::new(last_logits::LastLogits::from_options(o)),
     },
     PassInfo {
         name: "bucket-specialize",

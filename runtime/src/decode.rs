@@ -4,7 +4,10 @@
 //! `input_ids [1, seq]`, `cache_pos []` and the caches `past.L.key/value`;
 //! outputs `logits [1, seq, vocab]` first, then `present.L.key/value`. Each
 //! [`Decoder::step`] feeds new tokens at the current position and returns
-//! the logits of the last one; the position then advances.
+//! the logits of the last one; the position then advances. A graph that
+//! the `last-logits` pass rewrote takes the input `logits_row [1]` too (the
+//! row of the chunk's last token, which the decoder sets) and gives
+//! `logits [1, 1, vocab]`.
 //!
 //! Two engines:
 //!
@@ -125,7 +128,12 @@ struct Bucket {
     exec: Executor,
     ids: usize,
     pos: usize,
+    /// The `logits_row` input, when the graph computes one row of logits.
+    row: Option<usize>,
 }
+
+/// The optional input naming the row of logits a step computes.
+pub const LOGITS_ROW: &str = "logits_row";
 
 enum Engine {
     Reference {
@@ -253,6 +261,7 @@ impl Decoder {
                 exec,
                 ids: input_index(g, INPUT_IDS)?,
                 pos: input_index(g, CACHE_POS)?,
+                row: input_index(g, LOGITS_ROW).ok(),
             });
         }
         let Some((cache, vocab)) = shape else {
@@ -346,6 +355,8 @@ impl Decoder {
                 caches,
             } => {
                 let g = module.graph(graph).expect("checked at construction");
+                let last = ids.len() as i64 - 1;
+                let one_row = input_index(g, LOGITS_ROW).is_ok();
                 let mut inputs = vec![
                     (
                         INPUT_IDS.to_string(),
@@ -353,6 +364,12 @@ impl Decoder {
                     ),
                     (CACHE_POS.to_string(), Tensor::scalar_i64(pos)),
                 ];
+                if one_row {
+                    inputs.push((
+                        LOGITS_ROW.to_string(),
+                        Tensor::from_i64(vec![1], vec![last]),
+                    ));
+                }
                 inputs.extend(caches.iter().cloned());
                 let out = run_graph(module, g, &inputs, &Capture::Nothing)
                     .map_err(|e| DecodeError::Run(e.to_string()))?;
@@ -361,8 +378,8 @@ impl Decoder {
                     .next()
                     .ok_or_else(|| DecodeError::Run("no logits".into()))?;
                 let l = logits.to_f32_vec();
-                self.logits
-                    .copy_from_slice(&l[(ids.len() - 1) * vocab..][..vocab]);
+                let row = if one_row { 0 } else { last as usize };
+                self.logits.copy_from_slice(&l[row * vocab..][..vocab]);
                 // `present.X` is the cache `past.X` after the step.
                 for (name, present) in outputs {
                     let Some(past) = name.strip_prefix("present.") else {
@@ -387,8 +404,15 @@ impl Decoder {
                     dst.copy_from_slice(&id.to_le_bytes());
                 }
                 b.exec.input_mut(b.pos).copy_from_slice(&pos.to_le_bytes());
+                let last = ids.len() - 1;
+                if let Some(r) = b.row {
+                    b.exec
+                        .input_mut(r)
+                        .copy_from_slice(&(last as i64).to_le_bytes());
+                }
                 b.exec.run()?;
-                let row = &b.exec.output(0)[(ids.len() - 1) * vocab * 4..][..vocab * 4];
+                let at = if b.row.is_some() { 0 } else { last };
+                let row = &b.exec.output(0)[at * vocab * 4..][..vocab * 4];
                 for (dst, src) in self.logits.iter_mut().zip(row.chunks_exact(4)) {
                     *dst = f32::from_le_bytes(src.try_into().expect("4 bytes"));
                 }

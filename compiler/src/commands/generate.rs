@@ -96,9 +96,9 @@ fn load_decoder(args: &GenerateArgs, backend: Option<Backend>) -> anyhow::Result
         let pipeline = match backend {
             Backend::Cpu | Backend::NpuSim(_) => {
                 let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
-                quantized_kv_cache_pipeline(quant, &args.kv.pass(), &sizes)
+                quantized_kv_cache_pipeline(quant, &args.kv.pass()?, &sizes)
             }
-            Backend::Reference => format!("{},{}", quant.fusion_pipeline(), args.kv.pass()),
+            Backend::Reference => format!("{},{}", quant.fusion_pipeline(), args.kv.pass()?),
         };
         let options = RunOptions {
             verify_each: true,

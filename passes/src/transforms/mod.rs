@@ -8,6 +8,7 @@ pub mod cse;
 pub mod dce;
 pub mod eqsat_fuse;
 pub mod kv_cache;
+pub mod last_logits;
 pub mod partition;
 pub mod plan_memory;
 pub mod quantize;
