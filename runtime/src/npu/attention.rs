@@ -7,8 +7,8 @@
 //! for some query (a KV cache's mask keeps the filled slots) and runs the
 //! program for those keys (from a key tile's start to a multiple of 16),
 //! emitted once per range and cached; the full range runs the node's
-//! stored program. Skipped
-//! tiles are masked for every query, so the result is the same.
+//! stored program. The skipped keys are masked for every query, so the
+//! result is the same.
 
 use std::collections::HashMap;
 use std::ops::Range;
