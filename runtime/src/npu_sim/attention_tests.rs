@@ -122,6 +122,7 @@ fn run(c: &Case, target: &Target) -> (Vec<f32>, AttentionPlan, SimStats) {
     let plan = plan_attention(&c.p, target).unwrap();
     let layout = AttentionLayout::new(&c.p).unwrap();
     let prog = emit_attention(&plan, target, &layout, c.keys.clone()).unwrap();
+    assert_eq!(prog.cores.len(), plan.cores as usize, "{plan:?}");
     let mut ddr = vec![0u8; layout.total as usize];
     ddr[layout.params as usize..][..16].copy_from_slice(&AttentionLayout::params_record(&c.p));
     put_f32(&mut ddr, layout.q, &c.q);

@@ -251,13 +251,16 @@ pub fn plan_attention(p: &AttentionProblem, target: &Target) -> Result<Attention
                     break;
                 }
                 if Cbuf::new(p, mq, nk).is_some_and(|c| c.end <= target.cbuf_bytes) {
+                    // Contiguous ranges of `per_core` items: the cores that
+                    // get one.
                     let items = p.batch * (p.heads / stack) * p.s.div_ceil(qrows);
+                    let per_core = items.div_ceil(items.min(target.cores));
                     return Ok(AttentionPlan {
                         problem: *p,
                         mq,
                         stack,
                         nk,
-                        cores: items.min(target.cores),
+                        cores: items.div_ceil(per_core),
                     });
                 }
             }
