@@ -82,10 +82,38 @@ impl Target {
         self
     }
 
+    /// Cycles of a DMA transfer of `bytes` when `active_cores` cores share
+    /// the DDR bandwidth (the timing model's `dma.load`/`dma.store` cost):
+    /// `latency + ceil(bytes · active · clock_hz / ddr_bytes_per_sec)`.
+    pub fn dma_cycles(&self, bytes: u64, active_cores: u32) -> u64 {
+        let num = u128::from(bytes) * u128::from(active_cores.max(1)) * u128::from(self.clock_hz);
+        self.dma_latency_cycles
+            .saturating_add(ceil_div(num, self.ddr_bytes_per_sec.into()))
+    }
+
+    /// Cycles of a vector-unit instruction over `elements` element passes:
+    /// `issue + ceil(elements / vector_lanes)`.
+    pub fn vector_cycles(&self, elements: u64) -> u64 {
+        self.compute_issue_cycles
+            .saturating_add(ceil_div(elements.into(), self.vector_lanes.into()))
+    }
+
+    /// Cycles of a matmul tile of `macs` multiply-accumulates at
+    /// `per_cycle` of them per cycle: `issue + ceil(macs / per_cycle)`.
+    pub fn mac_cycles(&self, macs: u64, per_cycle: u32) -> u64 {
+        self.compute_issue_cycles
+            .saturating_add(ceil_div(macs.into(), per_cycle.into()))
+    }
+
     /// Peak INT8 MACs per second over all cores.
     pub fn peak_macs_per_sec(&self) -> u64 {
         u64::from(self.cores) * u64::from(self.macs_per_cycle) * self.clock_hz
     }
+}
+
+/// `ceil(a / b)` (`b` taken as at least 1), saturating at `u64::MAX`.
+fn ceil_div(a: u128, b: u128) -> u64 {
+    a.div_ceil(b.max(1)).min(u128::from(u64::MAX)) as u64
 }
 
 impl Default for Target {

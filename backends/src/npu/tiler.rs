@@ -216,7 +216,7 @@ enum Kind {
 struct Costs<'a> {
     t: &'a Target,
     p: MatmulProblem,
-    active: u64,
+    active: u32,
     kind: Kind,
 }
 
@@ -256,11 +256,7 @@ impl Costs<'_> {
     }
 
     fn epi(&self, nt: u32) -> u64 {
-        let e = u64::from(self.p.m) * u64::from(nt);
-        let lanes = u64::from(self.t.vector_lanes.max(1));
-        self.t
-            .compute_issue_cycles
-            .saturating_add(e.div_ceil(lanes))
+        self.t.vector_cycles(u64::from(self.p.m) * u64::from(nt))
     }
 
     /// Compute cycles of one step.
@@ -292,18 +288,12 @@ impl Costs<'_> {
     }
 
     fn dma(&self, bytes: u64) -> u64 {
-        let num = u128::from(bytes) * u128::from(self.active) * u128::from(self.t.clock_hz);
-        let bw = u128::from(self.t.ddr_bytes_per_sec.max(1));
-        let transfer = num.div_ceil(bw).min(u128::from(u64::MAX)) as u64;
-        self.t.dma_latency_cycles.saturating_add(transfer)
+        self.t.dma_cycles(bytes, self.active)
     }
 
     fn mm(&self, kt: u32, nt: u32) -> u64 {
         let macs = u64::from(self.p.m) * u64::from(kt) * u64::from(nt);
-        let per = u64::from(self.t.macs_per_cycle.max(1));
-        self.t
-            .compute_issue_cycles
-            .saturating_add(macs.div_ceil(per))
+        self.t.mac_cycles(macs, self.t.macs_per_cycle)
     }
 
     /// Steps of one column tile of width `nt`: `(dma, compute, pipelined)`
@@ -526,7 +516,7 @@ pub fn plan(p: &MatmulProblem, t: &Target) -> Result<TilePlan, TileError> {
     let costs = Costs {
         t,
         p: *p,
-        active: cores.len() as u64,
+        active: cores.len() as u32,
         kind: Kind::Int32,
     };
     let kts = candidates(p.k, DMA_MAX_RUN);

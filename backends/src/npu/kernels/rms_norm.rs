@@ -120,17 +120,12 @@ impl RmsNormPlan {
     }
 
     fn core_cycles(&self, rows: u32, t: &Target) -> u64 {
-        let active = u128::from(self.cores.max(1));
         let transfer = |bytes: u64| {
             let mut v = Vec::new();
             contiguous_loads(0, 0, bytes, &mut v);
             v.iter()
                 .map(|i| match i {
-                    Instr::DmaLoad { dims, .. } => {
-                        let num = u128::from(dims.bytes()) * active * u128::from(t.clock_hz);
-                        let bw = u128::from(t.ddr_bytes_per_sec.max(1));
-                        t.dma_latency_cycles + num.div_ceil(bw) as u64
-                    }
+                    Instr::DmaLoad { dims, .. } => t.dma_cycles(dims.bytes(), self.cores),
                     _ => 0,
                 })
                 .sum::<u64>()
@@ -139,10 +134,7 @@ impl RmsNormPlan {
         // Loads and stores of a tile of `r` rows: `ops` transfers each way.
         let io = |r: u32| ops * transfer(4 * u64::from(r) * u64::from(self.n));
         let p = if self.residual { 3 } else { 2 };
-        let lanes = u64::from(t.vector_lanes.max(1));
-        let norm = |r: u32| {
-            t.compute_issue_cycles + (p * u64::from(r) * u64::from(self.n)).div_ceil(lanes)
-        };
+        let norm = |r: u32| t.vector_cycles(p * u64::from(r) * u64::from(self.n));
         let sem = t.sem_cycles;
         // Per tile height (the full one and the last): DMA and compute cycles.
         let full = (io(self.rows_per_tile), norm(self.rows_per_tile));

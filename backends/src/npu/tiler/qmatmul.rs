@@ -348,7 +348,7 @@ fn plan_q(p: &QMatmulProblem, t: &Target, kernel: QKernel) -> Result<QTilePlan, 
     let costs = Costs {
         t,
         p: mp,
-        active: cores.len() as u64,
+        active: cores.len() as u32,
         kind: Kind::Dequant {
             group: p.group,
             m_pad,
