@@ -199,6 +199,11 @@ impl Attrs {
         }
     }
 
+    pub fn float(&mut self, name: &'static str) -> Result<f64, AttrError> {
+        self.opt_float(name)?
+            .ok_or_else(|| AttrError::Missing(name.to_string()))
+    }
+
     pub fn float_or(&mut self, name: &'static str, default: f64) -> Result<f64, AttrError> {
         Ok(self.opt_float(name)?.unwrap_or(default))
     }

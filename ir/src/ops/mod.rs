@@ -50,6 +50,7 @@ pub mod rope;
 pub mod shape_of;
 pub mod size;
 pub mod slice;
+pub mod softcap;
 pub mod softmax;
 pub mod split;
 pub mod squeeze;
@@ -265,6 +266,7 @@ define_ops! {
     AddRmsNorm(add_rms_norm::AddRmsNorm),
     AddLayerNorm(add_layer_norm::AddLayerNorm),
     Gelu(gelu::Gelu),
+    Softcap(softcap::Softcap),
     Glu(glu::Glu),
     Attention(attention::Attention),
     Rope(rope::Rope),

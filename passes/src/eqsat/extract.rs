@@ -184,6 +184,9 @@ fn reach(from: &[Id], choice: &HashMap<Id, Lang>, eg: &EGraph) -> HashSet<Id> {
     seen
 }
 
+/// Adds the chosen node of `class` and everything it needs to `expr`
+/// (children first), once per class; iterative, so the graph's depth never
+/// reaches the stack.
 fn build(
     class: Id,
     eg: &EGraph,
@@ -191,13 +194,26 @@ fn build(
     expr: &mut RecExpr<Lang>,
     of_class: &mut HashMap<Id, Id>,
 ) -> Id {
-    if let Some(&id) = of_class.get(&class) {
-        return id;
+    // (class, whether its children are already built)
+    let mut stack = vec![(class, false)];
+    while let Some((c, ready)) = stack.pop() {
+        if of_class.contains_key(&c) {
+            continue;
+        }
+        let node = &choice[&c];
+        if ready {
+            let built = node.clone().map_children(|k| of_class[&eg.find(k)]);
+            let id = expr.add(built);
+            of_class.insert(c, id);
+        } else {
+            stack.push((c, true));
+            for &k in node.children() {
+                let k = eg.find(k);
+                if !of_class.contains_key(&k) {
+                    stack.push((k, false));
+                }
+            }
+        }
     }
-    let node = choice[&class]
-        .clone()
-        .map_children(|k| build(eg.find(k), eg, choice, expr, of_class));
-    let id = expr.add(node);
-    of_class.insert(class, id);
-    id
+    of_class[&class]
 }

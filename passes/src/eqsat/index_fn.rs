@@ -655,39 +655,108 @@ fn binary(kind: BinaryKind, a: &Val, b: &Val) -> Option<Split> {
     }
 }
 
+/// What a boolean keep-mask over `[.., s, t]` scores computes, the `s`
+/// queries being the last `s` positions of the `t` keys (`past = t - s`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaskKind {
+    /// Every key is kept (bidirectional attention, no padding).
+    Full,
+    /// `key <= query + past`, and with `window > 0` also
+    /// `key > query + past - window` (a sliding window of `window` keys,
+    /// the query's own included).
+    Causal { window: i64 },
+}
+
+impl Lin {
+    /// The value with each index `ik` at `idx[k]` and each symbol at `sym`.
+    fn at(&self, idx: &[i64], sym: i64) -> Option<i64> {
+        let mut v = self.c;
+        for (var, k) in &self.terms {
+            let x = match var {
+                Var::Idx(i) => *idx.get(*i)?,
+                Var::Sym(_) => sym,
+            };
+            v = v.checked_add(k.checked_mul(x)?)?;
+        }
+        Some(v)
+    }
+}
+
+impl IndexFn {
+    /// The value at the indices `idx` with every symbol at `sym`.
+    fn at(&self, idx: &[i64], sym: i64) -> Option<&Val> {
+        let holds = |p: &&Piece| {
+            p.guard
+                .iter()
+                .all(|g| g.at(idx, sym).is_some_and(|v| v >= 0))
+        };
+        self.pieces.iter().find(holds).map(|p| &p.val)
+    }
+}
+
+/// The symbol value at which [`classify`] probes a mask for its window.
+const PROBE: i64 = 4096;
+
+/// Proves what the boolean `f` over a mask of dims `mask`, broadcast to
+/// the scores `[.., s, t]`, computes: every piece is checked against the
+/// claimed region by Fourier–Motzkin (see [`feasible`]), so `None` means
+/// no claim could be proved, not that the mask is none of these. The
+/// window is read off the last query row with every symbol at a large value
+/// ([`PROBE`]), then proved for all values.
+pub fn classify(f: &IndexFn, mask: &[Dim], scores: &[Dim]) -> Option<MaskKind> {
+    let r = scores.len();
+    if r < 2 || mask.len() > r {
+        return None;
+    }
+    let (s, t) = (Lin::of_dim(&scores[r - 2])?, Lin::of_dim(&scores[r - 1])?);
+    let g = broadcast(f, mask, scores);
+    let dom = domain(scores);
+    let (i, j) = (Lin::idx(r - 2), Lin::idx(r - 1));
+    let past = t.sub(&s);
+    let never = |p: &Piece, extra: &[Lin]| {
+        !feasible(p.guard.iter().chain(&dom).chain(extra).cloned().collect())
+    };
+    if g.pieces.iter().all(|p| p.val == Val::Bool(true)) {
+        return Some(MaskKind::Full);
+    }
+    // The window: how many keys the last query keeps, counting back from
+    // its own position, at the probe.
+    let (sv, tv) = (s.at(&[], PROBE)?, t.at(&[], PROBE)?);
+    let mut idx = vec![0; r];
+    idx[r - 2] = sv - 1;
+    let pos = sv - 1 + tv - sv;
+    let mut kept = 0;
+    for key in (0..=pos).rev() {
+        idx[r - 1] = key;
+        match g.at(&idx, PROBE)? {
+            Val::Bool(true) => kept += 1,
+            Val::Bool(false) => break,
+            Val::Int(_) => return None,
+        }
+    }
+    let window = if kept > pos { 0 } else { kept };
+    // key > query + past, key <= query + past - window, and the region between.
+    let after = j.sub(&i).sub(&past).add(&Lin::constant(-1));
+    let upto = i.add(&past).sub(&j);
+    let before = i.add(&past).sub(&j).add(&Lin::constant(-window));
+    let within = j.sub(&i).sub(&past).add(&Lin::constant(window - 1));
+    let proved = g.pieces.iter().all(|p| match p.val {
+        Val::Bool(true) => {
+            never(p, std::slice::from_ref(&after))
+                && (window == 0 || never(p, std::slice::from_ref(&before)))
+        }
+        Val::Bool(false) if window == 0 => never(p, std::slice::from_ref(&upto)),
+        Val::Bool(false) => never(p, &[upto.clone(), within.clone()]),
+        Val::Int(_) => false,
+    });
+    proved.then_some(MaskKind::Causal { window })
+}
+
 /// Whether a boolean function over `[.., s, t]` scores (aligned to the
 /// right) is exactly `key <= query + (t - s)`: the causal mask, the `s`
 /// queries being the last `s` of the `t` keys.
 pub fn is_causal(f: &IndexFn, mask: &[Dim], scores: &[Dim]) -> bool {
-    let r = scores.len();
-    if r < 2 || mask.len() > r {
-        return false;
-    }
-    let (Some(s), Some(t)) = (Lin::of_dim(&scores[r - 2]), Lin::of_dim(&scores[r - 1])) else {
-        return false;
-    };
-    let g = broadcast(f, mask, scores);
-    let (i, j) = (Lin::idx(r - 2), Lin::idx(r - 1));
-    let past = t.sub(&s);
-    let dom = domain(scores);
-    // key > query + past, and its negation.
-    let after = j.sub(&i).sub(&past).add(&Lin::constant(-1));
-    let before = i.add(&past).sub(&j);
-    g.pieces.iter().all(|p| {
-        let outside = match p.val {
-            Val::Bool(true) => &after,
-            Val::Bool(false) => &before,
-            Val::Int(_) => return false,
-        };
-        let all: Vec<Lin> = p
-            .guard
-            .iter()
-            .chain(&dom)
-            .chain([outside])
-            .cloned()
-            .collect();
-        !feasible(all)
-    })
+    classify(f, mask, scores) == Some(MaskKind::Causal { window: 0 })
 }
 
 #[cfg(test)]
@@ -730,5 +799,47 @@ mod tests {
                 .collect(),
         };
         assert!(!is_causal(&strict, &shape, &shape));
+    }
+
+    fn pieces(parts: Vec<(Vec<Lin>, Val)>) -> IndexFn {
+        IndexFn {
+            pieces: parts
+                .into_iter()
+                .map(|(guard, val)| Piece { guard, val })
+                .collect(),
+        }
+    }
+
+    /// `a && b` of two comparisons, as the piece product builds it.
+    fn and(a: Split, b: Split) -> IndexFn {
+        let mut out = Vec::new();
+        for (ga, va) in &a {
+            for (gb, vb) in &b {
+                let v = Val::Bool(va == &Val::Bool(true) && vb == &Val::Bool(true));
+                out.push((ga.iter().chain(gb).cloned().collect(), v));
+            }
+        }
+        pieces(out)
+    }
+
+    #[test]
+    fn sliding_windows_are_classified_with_their_width() {
+        let seq = Dim::sym("seq");
+        let shape = [Dim::fixed(1), Dim::fixed(1), seq.clone(), seq.clone()];
+        let (i, j) = (Lin::idx(2), Lin::idx(3));
+        // Mistral: key <= query and key > query - 8.
+        let f = and(
+            le(&j, &i),
+            le(&i.sub(&Lin::constant(8)).add(&Lin::constant(1)), &j),
+        );
+        assert_eq!(
+            classify(&f, &shape, &shape),
+            Some(MaskKind::Causal { window: 8 })
+        );
+        // Keys ahead of the query kept: neither causal nor windowed.
+        let f = le(&i.sub(&Lin::constant(8)).add(&Lin::constant(1)), &j);
+        assert_eq!(classify(&pieces(f), &shape, &shape), None);
+        let all = IndexFn::constant(Val::Bool(true));
+        assert_eq!(classify(&all, &shape, &shape), Some(MaskKind::Full));
     }
 }

@@ -100,6 +100,7 @@ define_language! {
         "add_rms_norm" = AddRmsNorm(Box<[Id]>),
         "add_layer_norm" = AddLayerNorm(Box<[Id]>),
         "gelu" = Gelu(Box<[Id]>),
+        "softcap" = Softcap(Box<[Id]>),
         "swiglu" = SwiGlu(Box<[Id]>),
         "geglu" = GeGlu(Box<[Id]>),
         "attention" = Attention(Box<[Id]>),
@@ -194,6 +195,7 @@ fn schema(mnemonic: &str) -> Schema {
         "rms_norm" | "add_rms_norm" => &[("eps", Float(1e-6)), ("offset", Float(0.0))],
         "add_layer_norm" => &[("eps", Float(1e-5))],
         "gelu" | "geglu" => &[("approximate", Str("none"))],
+        "softcap" => &[("cap", Required)],
         "attention" => &[
             ("kv_heads", Required),
             ("scale", Required),

@@ -11,13 +11,15 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 
 /// Rewrites each graph with the canonicalization rules and the fusion rules
 /// ([`crate::eqsat::rules`]: `norm`, `gelu`, `mlp`, `rope`, `attention`,
-/// `mask`) and extracts the cheapest equivalent graph under the target's
-/// cost model (the CPU model for now), so the decomposed RMSNorm,
-/// LayerNorm, residual add + norm, GELU, SwiGLU/GeGLU, rotary embedding and
-/// attention subgraphs that PyTorch's exporters write become `rms_norm`,
-/// `layer_norm`, `add_rms_norm`/`add_layer_norm` (both results),
-/// `gelu`, `swiglu`/`geglu`, `rope` and `attention` (GQA folded into
-/// `kv_heads`; a provably causal mask as `causal = true`).
+/// `mask`, `softcap`) and extracts the cheapest equivalent graph under the
+/// target's cost model (the CPU model for now), so the decomposed RMSNorm,
+/// LayerNorm, residual add + norm, GELU, SwiGLU/GeGLU, rotary embedding,
+/// logit soft-capping and attention subgraphs that PyTorch's exporters
+/// write (eager or SDPA attention) become `rms_norm`, `layer_norm`,
+/// `add_rms_norm`/`add_layer_norm` (both results), `gelu`,
+/// `swiglu`/`geglu`, `rope`, `softcap` and `attention` (GQA folded into
+/// `kv_heads`; a mask proved causal, sliding-window or full becomes
+/// `causal`/`window` or goes; soft-capped scores as `softcap`).
 ///
 /// Requires: a graph that verifies; `const-fold` first, so the constants
 /// rules read are visible. Guarantees: the graph computes the same values
@@ -27,7 +29,7 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 /// `iter-limit` and `time-limit-ms`.
 ///
 /// Statistics: per fused op how many were formed (`formed-attention`,
-/// `formed-rope`, `formed-swiglu`, `formed-geglu`, `formed-gelu`,
+/// `formed-rope`, `formed-swiglu`, `formed-geglu`, `formed-gelu`, `formed-softcap`,
 /// `formed-rms-norm`, `formed-layer-norm`, `formed-add-rms-norm`,
 /// `formed-add-layer-norm`); the e-graph (`egraph-nodes`,
 /// `egraph-classes`, `iterations`, `saturation-us`, the stop reason
@@ -36,8 +38,11 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 /// `unfused-softmax-outside-attention`, `unfused-reduce-mean-outside-norm`,
 /// `unfused-sigmoid-outside-swiglu`, `unfused-erf-outside-gelu`,
 /// `unfused-tanh-outside-gelu`, `unfused-neg-outside-rope`,
-/// `unfused-add-before-norm` (a norm of a residual add). Each unfused node
-/// is also logged at `info` level.
+/// `unfused-pow-outside-norm`, `unfused-sqrt-outside-norm`,
+/// `unfused-sin-cos-outside-rope` (a `sin`/`cos` that computes no rope's
+/// tables), `unfused-add-before-norm` (a norm of a residual add). Each
+/// unfused node is also logged as a warning naming it, so a user sees what
+/// did not fuse without reading IR.
 pub struct EqsatFuse {
     limits: Limits,
     cost: Box<dyn CostModel>,
@@ -59,6 +64,7 @@ const FORMED: &[(&str, &str)] = &[
     ("swiglu", "formed-swiglu"),
     ("geglu", "formed-geglu"),
     ("gelu", "formed-gelu"),
+    ("softcap", "formed-softcap"),
     ("rms_norm", "formed-rms-norm"),
     ("layer_norm", "formed-layer-norm"),
     ("add_rms_norm", "formed-add-rms-norm"),
@@ -73,11 +79,47 @@ fn count_ops(g: &Graph) -> HashMap<&'static str, u64> {
     n
 }
 
+/// The statistics of the candidates left unfused, in report order.
+pub const UNFUSED: &[&str] = &[
+    "unfused-softmax-outside-attention",
+    "unfused-reduce-mean-outside-norm",
+    "unfused-pow-outside-norm",
+    "unfused-sqrt-outside-norm",
+    "unfused-sigmoid-outside-swiglu",
+    "unfused-erf-outside-gelu",
+    "unfused-tanh-outside-gelu",
+    "unfused-neg-outside-rope",
+    "unfused-sin-cos-outside-rope",
+    "unfused-add-before-norm",
+];
+
+/// The values a `rope` reads its tables from, and everything they are
+/// computed from (walked back iteratively).
+fn rope_tables(g: &Graph, producers: &[Option<slmcc_ir::Producer>]) -> Vec<bool> {
+    let mut table = vec![false; g.values().count()];
+    let mut stack: Vec<slmcc_ir::ValueId> = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Rope(_)))
+        .flat_map(|n| n.inputs[1..].iter().copied())
+        .collect();
+    while let Some(v) = stack.pop() {
+        if std::mem::replace(&mut table[v.index()], true) {
+            continue;
+        }
+        if let Some(p) = producers[v.index()] {
+            stack.extend(g.nodes[p.node].inputs.iter().copied());
+        }
+    }
+    table
+}
+
 /// The candidate a remaining node is, with its statistic and reason.
 fn unfused(
     g: &Graph,
     node: &slmcc_ir::Node,
     producers: &[Option<slmcc_ir::Producer>],
+    tables: &[bool],
 ) -> Option<(&'static str, &'static str)> {
     use slmcc_ir::ops::binary::BinaryKind;
     use slmcc_ir::ops::reduce::ReduceKind;
@@ -91,14 +133,25 @@ fn unfused(
             "unfused-reduce-mean-outside-norm",
             "reduce_mean not inside a norm",
         ),
+        Op::Binary(b) if b.kind == BinaryKind::Pow => {
+            ("unfused-pow-outside-norm", "pow not inside a norm or gelu")
+        }
         Op::Unary(u) => match u.kind {
+            UnaryKind::Sqrt => ("unfused-sqrt-outside-norm", "sqrt not inside a norm"),
             UnaryKind::Sigmoid => (
                 "unfused-sigmoid-outside-swiglu",
                 "sigmoid not inside a swiglu",
             ),
             UnaryKind::Erf => ("unfused-erf-outside-gelu", "erf not inside a gelu"),
-            UnaryKind::Tanh => ("unfused-tanh-outside-gelu", "tanh not inside a gelu"),
+            UnaryKind::Tanh => (
+                "unfused-tanh-outside-gelu",
+                "tanh not inside a gelu or softcap",
+            ),
             UnaryKind::Neg => ("unfused-neg-outside-rope", "neg not inside a rope"),
+            UnaryKind::Sin | UnaryKind::Cos if !tables[node.outputs[0].index()] => (
+                "unfused-sin-cos-outside-rope",
+                "sin/cos not computing a rope's tables",
+            ),
             _ => return None,
         },
         Op::RmsNorm(_) | Op::LayerNorm(_) => {
@@ -117,7 +170,8 @@ fn unfused(
     })
 }
 
-/// Records the fused ops formed and the candidates left unfused in `after`.
+/// Records the fused ops formed and the candidates left unfused in `after`;
+/// each leftover is logged as a warning naming the node.
 fn record(before: &Graph, after: &Graph, stats: &mut Statistics) {
     let (b, a) = (count_ops(before), count_ops(after));
     for (op, stat) in FORMED {
@@ -134,22 +188,19 @@ fn record(before: &Graph, after: &Graph, stats: &mut Statistics) {
         .count();
     stats.add("attention-mask-operands", masks as u64);
     let producers = after.producers();
+    let tables = rope_tables(after, &producers);
     let mut left: HashMap<&'static str, u64> = HashMap::new();
     for (i, node) in after.nodes.iter().enumerate() {
-        if let Some((stat, why)) = unfused(after, node, &producers) {
+        if let Some((stat, why)) = unfused(after, node, &producers, &tables) {
             *left.entry(stat).or_insert(0) += 1;
-            tracing::info!("graph @{}: {}: {why}", after.name, node_label(after, i));
+            tracing::warn!(
+                "eqsat-fuse: graph @{}: {}: {why}",
+                after.name,
+                node_label(after, i)
+            );
         }
     }
-    for stat in [
-        "unfused-softmax-outside-attention",
-        "unfused-reduce-mean-outside-norm",
-        "unfused-sigmoid-outside-swiglu",
-        "unfused-erf-outside-gelu",
-        "unfused-tanh-outside-gelu",
-        "unfused-neg-outside-rope",
-        "unfused-add-before-norm",
-    ] {
+    for stat in UNFUSED {
         stats.add(stat, *left.get(stat).unwrap_or(&0));
     }
 }

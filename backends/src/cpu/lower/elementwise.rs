@@ -1,5 +1,5 @@
 //! Element-wise ops: `unary`, `binary` (NumPy broadcasting), `cast`,
-//! `where` and `gelu`.
+//! `where`, `gelu` and `softcap`.
 //!
 //! All go through one loop nest over the result shape, each operand read
 //! with its broadcast strides and held as [`dtype`] says: floats (`f32`,
@@ -301,4 +301,19 @@ pub fn gelu(kb: &mut KernelBuilder, approx: GeluApprox, sig: &NodeSig) -> Result
         GeluApprox::Tanh => MathFn::GeluTanh,
     };
     elementwise(kb, sig, true, &mut |kb, a, w| kb.math(f, &[a[0]], w))
+}
+
+/// `softcap {cap}`: `cap · tanh(x / cap)` with the reference's operations
+/// in its order (one division, the `tanh` helper, one product).
+pub fn softcap(kb: &mut KernelBuilder, cap: f32, sig: &NodeSig) -> Result<(), CpuError> {
+    let d = sig.inputs[0].dtype;
+    if d != DType::F32 {
+        return Err(unsupported("softcap", format!("on {d}")));
+    }
+    elementwise(kb, sig, true, &mut |kb, a, w| {
+        let c = kb.f32c(cap, w);
+        let scaled = kb.b.ins().fdiv(a[0], c);
+        let t = kb.math(MathFn::Tanh, &[scaled], w)?;
+        Ok(kb.b.ins().fmul(c, t))
+    })
 }

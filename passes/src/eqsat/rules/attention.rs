@@ -1,13 +1,16 @@
 //! Attention: `softmax(q @ kᵀ · scale + mask) @ v` with the scale as a
-//! scalar factor (a `div` becomes one in canonicalization) and the mask
-//! added on either side or absent, then the exporters' KV-head repeat
-//! (`unsqueeze` at axis 2 → `expand` → `reshape`, GQA) folded into
-//! `kv_heads`.
+//! scalar factor (a `div` becomes one in canonicalization, and scalar
+//! factors move out of a `matmul`'s operands and out of a `transpose`, so
+//! SDPA's `√scale` on `q` and on `kᵀ` become one factor), soft-capped scores `cap · tanh(s · q @ kᵀ)` (Gemma 2), the
+//! mask added on either side or absent, and PyTorch's NaN guard
+//! `where(is_nan(p), 0, p)` after the softmax; then the exporters'
+//! KV-head repeat (`unsqueeze` at axis 2 → `expand` → `reshape`, GQA and
+//! MQA) folded into `kv_heads`.
 //!
-//! A scalar factor on `q` or `k` (SDPA's `√scale` on each) moves out of
-//! the product. `kᵀ` is `transpose(k, [0, 1, 3, 2])`; an exporter that transposes the
+//! `kᵀ` is `transpose(k, [0, 1, 3, 2])`; an exporter that transposes the
 //! head-split projection straight to `[b, h, d, t]` (GPT-2's
-//! `perm = [0, 2, 3, 1]`) gets that form from `kt-factor`.
+//! `perm = [0, 2, 3, 1]`) gets that form from `kt-factor`, and SDPA's
+//! `reshape → transpose → reshape` of the keys from the layout rule.
 
 use egg::{rewrite as rw, Id, Subst};
 use slmcc_ir::ops::attention::Attention;
@@ -19,24 +22,67 @@ use crate::eqsat::runner::Rewrite;
 
 const QK: &str = "(matmul ?q (transpose (list 0 1 3 2) ?k))";
 
+/// How the scores are scaled before the mask: `(pattern, scaled, softcapped)`.
+/// Soft-capping is `cap · tanh(s1 · qkᵀ)`, i.e. `scale = s1 · cap`.
+const SCORES: &[(&str, bool, bool)] = &[
+    (QK, false, false),
+    ("(mul {QK} ?scale)", true, false),
+    ("(mul (tanh (mul {QK} ?s1)) ?cap)", false, true),
+];
+
+/// The attention patterns: every scaling of the scores, the mask added on
+/// either side or absent, and the probabilities read as they are or
+/// through the NaN guard `where(is_nan(p), 0, p)` that PyTorch's SDPA
+/// writes (the fused op gives a fully masked row zeros, as the guard does).
+fn attention_rules() -> Vec<Rewrite> {
+    let mut out = Vec::new();
+    for (si, (scores, scaled, capped)) in SCORES.iter().enumerate() {
+        let scores = scores.replace("{QK}", QK);
+        for (mi, masked) in [None, Some(false), Some(true)].into_iter().enumerate() {
+            let m = match masked {
+                None => scores.clone(),
+                Some(false) => format!("(add {scores} ?mask)"),
+                Some(true) => format!("(add ?mask {scores})"),
+            };
+            let p = format!("(softmax ?ax {m})");
+            for guarded in [false, true] {
+                let probs = if guarded {
+                    format!("(where (is_nan {p}) ?zero {p})")
+                } else {
+                    p.clone()
+                };
+                let lhs: egg::Pattern<crate::eqsat::Lang> = format!("(matmul {probs} ?v)")
+                    .parse()
+                    .expect("attention pattern");
+                let name = format!("attention-{si}{mi}{}", u8::from(guarded));
+                let form = Form {
+                    scaled: *scaled,
+                    capped: *capped,
+                    masked: masked.is_some(),
+                    guarded,
+                };
+                out.push(egg::Rewrite::new(name, lhs, attention(form)).expect("attention rule"));
+            }
+        }
+    }
+    out
+}
+
 #[rustfmt::skip]
 pub fn rules() -> Vec<Rewrite> {
     let p = |s: String| s.parse::<egg::Pattern<crate::eqsat::Lang>>().unwrap();
-    let scaled = format!("(mul {QK} ?scale)");
     let repeat = |x: &str, n: &str| format!("(reshape ?z{n} (expand (unsqueeze (list 2) {x}) ?e{n}) ?t{n})");
     let (rk, rv) = (repeat("?k", "k"), repeat("?v", "v"));
-    vec![
-        rw!("scaled-q";             "(matmul (mul ?q ?c) (transpose (list 0 1 3 2) ?k))" => {p(format!("(mul {QK} ?c)"))} if is_scalar("?c")),
-        rw!("scaled-k";             "(transpose (list 0 1 3 2) (mul ?k ?c))"              => "(mul (transpose (list 0 1 3 2) ?k) ?c)" if is_scalar("?c")),
+    let mut r = vec![
+        rw!("scalar-out-of-matmul-left";  "(matmul (mul ?a ?c) ?b)"    => "(mul (matmul ?a ?b) ?c)" if is_scalar("?c")),
+        rw!("scalar-out-of-matmul-right"; "(matmul ?a (mul ?b ?c))"    => "(mul (matmul ?a ?b) ?c)" if is_scalar("?c")),
+        rw!("scalar-out-of-transpose";    "(transpose ?p (mul ?x ?c))" => "(mul (transpose ?p ?x) ?c)" if is_scalar("?c")),
         rw!("kt-factor";            "(transpose ?p ?x)"                                   => { kt_factor() } if is_kt_perm("?p")),
-        rw!("attention";            {p(format!("(matmul (softmax ?ax (add {scaled} ?mask)) ?v)"))} => { attention(true, true) } if is_scalar("?scale")),
-        rw!("attention-mask-first"; {p(format!("(matmul (softmax ?ax (add ?mask {scaled})) ?v)"))} => { attention(true, true) } if is_scalar("?scale")),
-        rw!("attention-no-mask";    {p(format!("(matmul (softmax ?ax {scaled}) ?v)"))}             => { attention(true, false) } if is_scalar("?scale")),
-        rw!("attention-unscaled";   {p(format!("(matmul (softmax ?ax (add {QK} ?mask)) ?v)"))}     => { attention(false, true) }),
-        rw!("attention-unscaled-no-mask"; {p(format!("(matmul (softmax ?ax {QK}) ?v)"))}           => { attention(false, false) }),
         rw!("attention-gqa";        {p(format!("(attention ?h ?sc ?ca ?w ?sf ?q {rk} {rv} ?mask)"))} => { gqa(true) }),
         rw!("attention-gqa-no-mask"; {p(format!("(attention ?h ?sc ?ca ?w ?sf ?q {rk} {rv})"))}     => { gqa(false) }),
-    ]
+    ];
+    r.extend(attention_rules());
+    r
 }
 
 /// Condition: `?p` sends the last axis of a rank-4 value to position 2
@@ -68,27 +114,60 @@ fn kt_factor() -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
     })
 }
 
+/// Which parts of [`attention_rules`]' pattern a match has.
+#[derive(Clone, Copy)]
+struct Form {
+    scaled: bool,
+    capped: bool,
+    masked: bool,
+    guarded: bool,
+}
+
 /// The fused op with every query head reading its own KV head (GQA is
 /// folded in afterwards).
-fn attention(scaled: bool, masked: bool) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
+fn attention(form: Form) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
     Build(move |eg: &mut EGraph, _: Id, s: &Subst| {
         let q = s[var("?q")];
         let rank = ty(eg, q)?.rank();
         if !matches!(attr_ints(eg, s[var("?ax")]).as_deref(), Some([a]) if is_last_axis(*a, rank)) {
             return None;
         }
-        let scale = if scaled {
-            splat(eg, s[var("?scale")])? as f32
+        if form.guarded && splat(eg, s[var("?zero")])? != 0.0 {
+            return None;
+        }
+        let (scale, softcap) = if form.capped {
+            let (s1, cap) = (splat(eg, s[var("?s1")])?, splat(eg, s[var("?cap")])?);
+            if !(cap > 0.0
+                && is_scalar_class(eg, s[var("?s1")])
+                && is_scalar_class(eg, s[var("?cap")]))
+            {
+                return None;
+            }
+            ((s1 * cap) as f32, cap as f32)
+        } else if form.scaled {
+            if !is_scalar_class(eg, s[var("?scale")]) {
+                return None;
+            }
+            (splat(eg, s[var("?scale")])? as f32, 0.0)
         } else {
-            1.0
+            (1.0, 0.0)
         };
         let heads = ty(eg, s[var("?k")])?.shape.dims().get(1)?.as_fixed()?;
         let mut operands = vec![q, s[var("?k")], s[var("?v")]];
-        if masked {
+        if form.masked {
             operands.push(s[var("?mask")]);
         }
-        try_add(eg, Op::Attention(Attention::new(heads, scale)), &operands)
+        let op = Attention {
+            softcap,
+            ..Attention::new(heads, scale)
+        };
+        try_add(eg, Op::Attention(op), &operands)
     })
+}
+
+/// Whether a class is a rank-0 constant.
+fn is_scalar_class(eg: &EGraph, id: Id) -> bool {
+    splat(eg, id).is_some() && ty(eg, id).is_some_and(|t| t.rank() == 0)
 }
 
 /// The number of copies `unsqueeze(x, 2) → expand(shape)` makes of each

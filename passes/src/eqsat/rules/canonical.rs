@@ -11,6 +11,10 @@
 //!   `chunk`), so fusion patterns match one form;
 //! - `x · reciprocal(y)` ⇄ `x / y`, `x / c` → `x · (1/c)` for a constant
 //!   scalar `c`, `pow(x, 2)` → `x · x`;
+//! - `x · (x · x)` is `pow(x, 3)` (TorchScript's tanh GELU cubes by
+//!   multiplying);
+//! - layout-only `reshape → transpose → reshape` chains are one
+//!   `transpose` ([`super::layout`]);
 //! - constants: a constant operand of `mul`/`add`/`and` goes right; a
 //!   constant that only repeats one value becomes a rank-0 scalar when that
 //!   does not change the result type; scalar factors move out of a product
@@ -53,10 +57,13 @@ pub fn rules() -> Vec<Rewrite> {
         rw!("mul-constant-right";  "(mul ?c ?x)"                          => "(mul ?x ?c)" if is_leaf_data("?c")),
         rw!("add-constant-right";  "(add ?c ?x)"                          => "(add ?x ?c)" if is_leaf_data("?c")),
         rw!("and-constant-right";  "(and ?c ?x)"                          => "(and ?x ?c)" if is_leaf_data("?c")),
-        rw!("scalar-out-of-right"; "(mul ?a (mul ?b ?c))"                 => "(mul (mul ?a ?b) ?c)" if is_scalar("?c")),
-        rw!("scalar-out-of-left";  "(mul (mul ?a ?c) ?b)"                 => "(mul (mul ?a ?b) ?c)" if is_scalar("?c")),
+        rw!("scalar-out-of-right"; "(mul ?a (mul ?b ?c))"                 => "(mul (mul ?a ?b) ?c)" if is_scalar("?c") if not_scalar("?a")),
+        rw!("scalar-out-of-left";  "(mul (mul ?a ?c) ?b)"                 => "(mul (mul ?a ?b) ?c)" if is_scalar("?c") if not_scalar("?b")),
         rw!("fold-scalar-factors"; "(mul (mul ?a ?b) ?c)"                 => { fold_factors() } if is_scalar("?b") if is_scalar("?c")),
+        rw!("cube";                "(mul ?x (mul ?x ?x))"                 => { cube() }),
+        rw!("cube-left";           "(mul (mul ?x ?x) ?x)"                 => { cube() }),
     ];
+    r.extend(super::layout::rules());
     for (name, kind) in [
         ("splat-to-scalar-mul", BinaryKind::Mul),
         ("splat-to-scalar-add", BinaryKind::Add),
@@ -67,6 +74,14 @@ pub fn rules() -> Vec<Rewrite> {
         r.push(rw!(name; lhs => { splat_to_scalar(kind) } if keeps_type("?x")));
     }
     r
+}
+
+/// Condition: `?v` is not a scalar constant (two scalar factors fold into
+/// one instead of moving past each other, which would scale a value by
+/// ever new constants).
+fn not_scalar(v: &str) -> impl Fn(&mut EGraph, Id, &Subst) -> bool {
+    let scalar = is_scalar(v);
+    move |eg, id, s| !scalar(eg, id, s)
 }
 
 /// Condition: the permutation `?p` leaves every axis in place.
@@ -135,6 +150,19 @@ fn fold_factors() -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
         .ok()?;
         let bc = add_const(eg, prod.into_iter().next()?);
         try_add(eg, Op::Binary(Binary::new(BinaryKind::Mul)), &[s[a], bc])
+    })
+}
+
+/// `x · (x · x)` → `pow(x, 3)`, the form the GELU rule reads.
+fn cube() -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
+    let x = var("?x");
+    Build(move |eg: &mut EGraph, _: Id, s: &Subst| {
+        let dtype = ty(eg, s[x])?.dtype;
+        if !dtype.is_float() {
+            return None;
+        }
+        let three = add_const(eg, scalar_tensor(dtype, 3.0)?);
+        try_add(eg, Op::Binary(Binary::new(BinaryKind::Pow)), &[s[x], three])
     })
 }
 

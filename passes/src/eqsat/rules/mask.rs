@@ -1,13 +1,16 @@
-//! Attention masks: a mask that provably is the causal one becomes
-//! `causal = true`.
+//! Attention masks: a mask whose meaning is proved becomes attributes. A
+//! causal mask becomes `causal = true`, a causal mask with a sliding window
+//! of `w` keys also `window = w` (Mistral, Gemma 2's local layers), and a
+//! mask that keeps every key (bidirectional attention without padding)
+//! goes.
 //!
 //! The additive form is `where(keep, 0, m)` with `m` at most `-1e30`
 //! (`finfo.min` or `-inf`: either way the masked scores' softmax weight is
 //! exactly zero, and a causal row always keeps its diagonal); the boolean
-//! form is `keep` itself. `keep` must provably be `key <= query + (t - s)`
-//! over the `[.., s, t]` scores: its [`IndexFn`] is checked piece by piece
-//! (see [`crate::eqsat::index_fn`]), so the exporters' mask built from
-//! `range`, `gather_nd`, `cum_sum`, comparisons and `and` qualifies, and
+//! form is `keep` itself. What `keep` computes over the `[.., s, t]` scores
+//! is proved from its [`IndexFn`] piece by piece
+//! ([`crate::eqsat::index_fn::classify`]), so the exporters' masks built
+//! from `range`, `gather_nd`, `cum_sum`, comparisons and `and` qualify, and
 //! any mask that also depends on the input (padding) keeps its operand.
 //!
 //! [`IndexFn`]: crate::eqsat::index_fn::IndexFn
@@ -18,7 +21,7 @@ use slmcc_ir::{DType, Dim, Op};
 
 use super::{attr_f64, is_splat, splat, try_add, ty, var, Build, EGraph};
 use crate::eqsat::analysis::index_fn;
-use crate::eqsat::index_fn::is_causal;
+use crate::eqsat::index_fn::{classify, MaskKind};
 use crate::eqsat::runner::Rewrite;
 
 #[rustfmt::skip]
@@ -37,8 +40,8 @@ fn masks_out(v: &str) -> impl Fn(&mut EGraph, Id, &Subst) -> bool {
     move |eg, _, s| splat(eg, s[v]).is_some_and(|m| m <= -1e30)
 }
 
-/// The attention without its mask operand and with `causal = true`, when
-/// the boolean `c` provably is the causal mask.
+/// The attention without its mask operand and with the attributes that
+/// say what the boolean `c` provably computes.
 fn causal(c: &'static str) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<Id>> {
     Build(move |eg: &mut EGraph, _: Id, s: &Subst| {
         let (q, k, v, c) = (s[var("?q")], s[var("?k")], s[var("?v")], s[var(c)]);
@@ -48,14 +51,15 @@ fn causal(c: &'static str) -> Build<impl Fn(&mut EGraph, Id, &Subst) -> Option<I
         }
         let (qd, kd) = (ty(eg, q)?.shape.dims(), ty(eg, k)?.shape.dims());
         let scores: Vec<Dim> = vec![qd[0].clone(), qd[1].clone(), qd[2].clone(), kd[2].clone()];
-        if !is_causal(index_fn(eg, c)?, mask.shape.dims(), &scores) {
-            return None;
-        }
+        let (causal, window) = match classify(index_fn(eg, c)?, mask.shape.dims(), &scores)? {
+            MaskKind::Full => (false, 0),
+            MaskKind::Causal { window } => (true, window),
+        };
         let op = Attention {
             kv_heads: attr_f64(eg, s[var("?h")])? as i64,
             scale: attr_f64(eg, s[var("?sc")])? as f32,
-            causal: true,
-            window: 0,
+            causal,
+            window,
             softcap: attr_f64(eg, s[var("?sf")])? as f32,
         };
         try_add(eg, Op::Attention(op), &[q, k, v])
@@ -150,6 +154,32 @@ mod tests {
         let shifted = format!("(sub {AR} (constant i64[]=1))");
         let e = attention(&rows_of_causal_table(&shifted));
         assert_rewrites(&fusion(), X, &e, &e);
+    }
+
+    #[test]
+    fn a_sliding_window_becomes_the_window_attribute() {
+        // key > query - 4 and key <= query.
+        let q = "(unsqueeze (list 0 1 3) (range (constant i64[]=0) (constant i64[]=seq) (constant i64[]=1)))";
+        let k = "(unsqueeze (list 0 1 2) (range (constant i64[]=0) (constant i64[]=seq) (constant i64[]=1)))";
+        let keep =
+            format!("(and (greater {k} (sub {q} (constant i64[]=4))) (less_or_equal {k} {q}))");
+        assert_rewrites(
+            &fusion(),
+            X,
+            &attention(&keep),
+            "(attention 4 0.25 true 4 0.0 %q %k %v)",
+        );
+    }
+
+    #[test]
+    fn a_mask_that_keeps_everything_goes() {
+        let keep = "(expand (constant bool[]=true) (constant i64[4]=[1,1,seq,seq]))";
+        assert_rewrites(
+            &fusion(),
+            X,
+            &attention(keep),
+            "(attention 4 0.25 false 0 0.0 %q %k %v)",
+        );
     }
 
     #[test]

@@ -10,10 +10,12 @@
 pub mod attention;
 pub mod canonical;
 pub mod gelu;
+pub mod layout;
 pub mod mask;
 pub mod mlp;
 pub mod norm;
 pub mod rope;
+pub mod softcap;
 
 use egg::{Applier, Id, PatternAst, Subst, Symbol, Var};
 use slmcc_ir::ops::constant::Constant;
@@ -38,6 +40,7 @@ pub fn fusion() -> Vec<Rewrite> {
     r.extend(rope::rules());
     r.extend(attention::rules());
     r.extend(mask::rules());
+    r.extend(softcap::rules());
     r
 }
 
