@@ -24,17 +24,41 @@ fn config() -> ProptestConfig {
     }
 }
 
-/// A layout and its capacity: no window (`C` in `1..=20`), or
-/// `sinks` in `0..=3` and `window` in `1..=8`.
+/// A layout and its capacity: no window (`C` in `1..=20`), `sinks` in
+/// `0..=3` and `window` in `1..=8`, or a ring sized for a model's sliding
+/// window (no sinks, `span` in `1..=window`); a span of up to `C` on the
+/// first kind too.
 fn layout_and_capacity(rng: &mut Lcg) -> (KvLayout, usize) {
-    if rng.below(3) == 0 {
-        let c = 1 + rng.below(20) as usize;
-        (KvLayout::default(), c)
-    } else {
-        let sinks = rng.below(4) as i64;
-        let window = 1 + rng.below(8) as i64;
-        let l = KvLayout { sinks, window };
-        (l, (sinks + window) as usize)
+    match rng.below(4) {
+        0 => {
+            let c = 1 + rng.below(20) as usize;
+            let span = rng.below(c as u64 + 1) as i64;
+            let l = KvLayout {
+                span,
+                ..KvLayout::default()
+            };
+            (l, c)
+        }
+        1 => {
+            let window = 1 + rng.below(8) as i64;
+            let span = 1 + rng.below(window as u64) as i64;
+            let l = KvLayout {
+                sinks: 0,
+                window,
+                span,
+            };
+            (l, window as usize)
+        }
+        _ => {
+            let sinks = rng.below(4) as i64;
+            let window = 1 + rng.below(8) as i64;
+            let l = KvLayout {
+                sinks,
+                window,
+                span: 0,
+            };
+            (l, (sinks + window) as usize)
+        }
     }
 }
 
@@ -274,6 +298,7 @@ fn kv_write_ring_positions() {
         layout: KvLayout {
             sinks: 2,
             window: 5,
+            span: 0,
         },
     };
     let cache = rng.tensor(&[1, 1, 7, 4], 1.0);
@@ -344,6 +369,7 @@ fn kv_write_and_mask_with_no_entries() {
         KvLayout {
             sinks: 1,
             window: 5,
+            span: 0,
         },
     ] {
         for p in [-3, 0, 9] {
@@ -369,8 +395,17 @@ fn attention_under_the_cache_mask() {
             (KvLayout::default(), 40),
             (
                 KvLayout {
+                    sinks: 0,
+                    window: 64,
+                    span: 8,
+                },
+                90,
+            ),
+            (
+                KvLayout {
                     sinks: 4,
                     window: 60,
+                    span: 0,
                 },
                 7,
             ),
@@ -378,6 +413,7 @@ fn attention_under_the_cache_mask() {
                 KvLayout {
                     sinks: 4,
                     window: 60,
+                    span: 0,
                 },
                 130,
             ),

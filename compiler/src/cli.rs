@@ -297,10 +297,11 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
-    /// The `kv-cache` pipeline entries (and `last-logits`).
-    pub fn pass(&self) -> anyhow::Result<String> {
+    /// The `kv-cache` pipeline entries (and `last-logits`) for steps of at
+    /// most `max_chunk` tokens (the largest prefill bucket).
+    pub fn pass(&self, max_chunk: usize) -> anyhow::Result<String> {
         let kv = format!(
-            "kv-cache{{max-context={},window={},sinks={},dtype={}}}",
+            "kv-cache{{max-context={},max-chunk={max_chunk},window={},sinks={},dtype={}}}",
             self.max_context, self.kv_window, self.kv_sinks, self.kv_dtype
         );
         match self.prefill_logits.as_str() {

@@ -22,12 +22,15 @@
 //!   allocation per step.
 //!
 //! Chunking: a chunk of `n` tokens at position `p` runs in one bucket only
-//! if `p + bucket <= capacity` (the bucket's padding is written to the
-//! cache too, and must neither wrap the ring nor overflow the context);
-//! otherwise the planned engine takes the largest bucket that fits and, with
-//! a window, falls back to one token at a time (the ring wraps safely with
-//! no padding). Without a window, a step past the capacity fails: the
-//! context is full.
+//! if every layer's cache takes it: `p + bucket <= capacity` (the bucket's
+//! padding is written to the cache too, and must neither wrap a
+//! StreamingLLM ring nor overflow the context), and for a layer whose ring
+//! is sized for the model's sliding window `w`, `bucket <= capacity - w +
+//! 1` (no key a query of the chunk needs is overwritten by the chunk's own
+//! writes); otherwise the planned engine takes the largest bucket that
+//! fits and, with a StreamingLLM window, falls back to one token at a time
+//! (the ring wraps safely with no padding). Without a window, a step past
+//! the capacity fails: the context is full.
 
 use slmcc_ir::ops::kv_cache::KvLayout;
 use slmcc_ir::{DType, Graph, Module, Op, Tensor};
@@ -55,18 +58,52 @@ pub enum DecodeError {
     Run(String),
 }
 
-/// What the cache of a graph looks like, read off its `kv_write` nodes.
+/// One layer's cache, read off its `kv_write`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheShape {
-    /// Slots per layer.
+pub struct LayerCache {
+    /// Slots.
     pub capacity: i64,
     pub layout: KvLayout,
 }
 
+impl LayerCache {
+    /// A ring sized for the model's sliding window (`span`), which stays
+    /// exact for steps of up to `capacity - span + 1` tokens at any position.
+    fn is_span_ring(&self) -> bool {
+        let l = &self.layout;
+        l.window > 0 && l.span > 0 && l.sinks == 0
+    }
+
+    /// Whether a chunk of `n` tokens (padding included) may run at `pos`:
+    /// it must neither overflow the context nor, in a ring, overwrite a
+    /// key a query of the chunk needs or (StreamingLLM ring) wrap with
+    /// padding.
+    fn fits(&self, pos: i64, n: usize) -> bool {
+        if self.is_span_ring() {
+            n as i64 <= self.capacity - self.layout.span + 1
+        } else {
+            pos + n as i64 <= self.capacity
+        }
+    }
+
+    /// Whether one token may always run (any ring).
+    fn rings(&self) -> bool {
+        self.layout.window > 0
+    }
+}
+
+/// What the caches of a graph look like: one entry per `kv_write`. Layers
+/// may differ (Gemma 2's sliding-window layers keep a ring, its global
+/// layers the whole context).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheShape {
+    pub layers: Vec<LayerCache>,
+}
+
 impl CacheShape {
-    /// The cache of `g`; fails if it has no `kv_write`, or writes disagree.
+    /// The caches of `g`; fails if it has no `kv_write`.
     pub fn of(g: &Graph) -> Result<CacheShape, DecodeError> {
-        let mut found: Option<CacheShape> = None;
+        let mut layers = Vec::new();
         for node in &g.nodes {
             let Op::KvWrite(w) = &node.op else { continue };
             let dims = g.ty(node.inputs[0]).shape.as_fixed().unwrap_or_default();
@@ -76,29 +113,39 @@ impl CacheShape {
                     g.name
                 )));
             };
-            let shape = CacheShape {
+            layers.push(LayerCache {
                 capacity: capacity as i64,
                 layout: w.layout,
-            };
-            if found.is_some_and(|f| f != shape) {
-                return Err(DecodeError::Graph(format!(
-                    "graph @{}: its kv_write nodes disagree on the cache",
-                    g.name
-                )));
-            }
-            found = Some(shape);
+            });
         }
-        found.ok_or_else(|| {
-            DecodeError::Graph(format!(
+        if layers.is_empty() {
+            return Err(DecodeError::Graph(format!(
                 "graph @{} has no KV cache (run the kv-cache pass)",
                 g.name
-            ))
-        })
+            )));
+        }
+        Ok(CacheShape { layers })
     }
 
     /// Whether a chunk of `n` tokens (padding included) may run at `pos`.
     fn fits(&self, pos: i64, n: usize) -> bool {
-        pos + n as i64 <= self.capacity
+        self.layers.iter().all(|l| l.fits(pos, n))
+    }
+
+    /// Whether a single token may run at `pos`: every layer either has
+    /// room or is a ring.
+    fn one_fits(&self, pos: i64) -> bool {
+        self.layers.iter().all(|l| l.fits(pos, 1) || l.rings())
+    }
+
+    /// The smallest capacity of a layer that is not a ring (for messages).
+    fn context(&self) -> i64 {
+        self.layers
+            .iter()
+            .filter(|l| !l.rings())
+            .map(|l| l.capacity)
+            .min()
+            .unwrap_or_else(|| self.layers.iter().map(|l| l.capacity).min().unwrap_or(0))
     }
 }
 
@@ -243,7 +290,7 @@ impl Decoder {
                 .graph(&name)
                 .ok_or_else(|| DecodeError::Graph(format!("no graph @{name}")))?;
             let this = (CacheShape::of(g)?, vocab_of(g)?);
-            if shape.is_some_and(|s| s != this) {
+            if shape.as_ref().is_some_and(|s| *s != this) {
                 return Err(DecodeError::Graph(format!(
                     "graph @{name}: its cache or vocabulary differs from the other buckets'"
                 )));
@@ -281,8 +328,8 @@ impl Decoder {
         self.pos
     }
 
-    pub fn cache(&self) -> CacheShape {
-        self.cache
+    pub fn cache(&self) -> &CacheShape {
+        &self.cache
     }
 
     pub fn vocab(&self) -> usize {
@@ -315,24 +362,20 @@ impl Decoder {
 
     /// How many of `want` tokens the next chunk takes.
     fn chunk_len(&self, want: usize) -> Result<usize, DecodeError> {
-        let (pos, cache) = (self.pos, self.cache);
-        let windowed = cache.layout.window > 0;
+        let (pos, cache) = (self.pos, &self.cache);
         let full = DecodeError::ContextFull {
-            capacity: cache.capacity,
+            capacity: cache.context(),
             pos: pos + want as i64 - 1,
         };
         match &self.engine {
-            Engine::Reference { .. } => {
-                if cache.fits(pos, want) {
-                    Ok(want)
-                } else if windowed || cache.fits(pos, 1) {
-                    Ok(1)
-                } else {
-                    Err(full)
-                }
-            }
+            Engine::Reference { .. } => match (1..=want).rev().find(|&n| cache.fits(pos, n)) {
+                Some(n) => Ok(n),
+                None if cache.one_fits(pos) => Ok(1),
+                None => Err(full),
+            },
             Engine::Planned { buckets } => {
-                let fits = |b: &&Bucket| cache.fits(pos, b.size) || (windowed && b.size == 1);
+                let fits =
+                    |b: &&Bucket| cache.fits(pos, b.size) || (b.size == 1 && cache.one_fits(pos));
                 let mut usable = buckets.iter().filter(fits);
                 if usable.clone().any(|b| b.size >= want) {
                     return Ok(want);

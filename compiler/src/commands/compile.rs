@@ -86,7 +86,7 @@ fn kv_cache_pipeline(args: &CompileArgs, quant: Quant) -> anyhow::Result<String>
         .map_err(|e| anyhow!("--buckets: {e}"))?;
     Ok(slmcc::pipeline::quantized_kv_cache_pipeline(
         quant,
-        &args.kv.pass()?,
+        &args.kv.pass(sizes.iter().copied().max().unwrap_or(1))?,
         &sizes,
     ))
 }

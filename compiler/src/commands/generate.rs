@@ -93,12 +93,11 @@ fn load_decoder(args: &GenerateArgs, backend: Option<Backend>) -> anyhow::Result
     } = loaded;
     if package.is_none() {
         let quant = args.quant.get("none")?;
+        let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
+        let kv = args.kv.pass(sizes.iter().copied().max().unwrap_or(1))?;
         let pipeline = match backend {
-            Backend::Cpu | Backend::NpuSim(_) => {
-                let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
-                quantized_kv_cache_pipeline(quant, &args.kv.pass()?, &sizes)
-            }
-            Backend::Reference => format!("{},{}", quant.fusion_pipeline(), args.kv.pass()?),
+            Backend::Cpu | Backend::NpuSim(_) => quantized_kv_cache_pipeline(quant, &kv, &sizes),
+            Backend::Reference => format!("{},{kv}", quant.fusion_pipeline()),
         };
         let options = RunOptions {
             verify_each: true,

@@ -6,6 +6,7 @@
 //! %kc = kv_write %kv.0.key, %k, %cache_pos : f32[1, 2, 260, 16]
 //! %kc = kv_write %kv.0.key, %k, %cache_pos {sinks = 4, window = 256} : f32[1, 2, 260, 16]
 //! %m = kv_mask %kc, %k, %cache_pos {sinks = 4, window = 256} : bool[1, 1, seq, 260]
+//! %m = kv_mask %kc, %k, %cache_pos {window = 71, span = 8} : bool[1, 1, seq, 71]
 //! ```
 //!
 //! Operands, for both ops: `cache` is `[b, h, C, d]` (`C` slots, the
@@ -30,8 +31,9 @@
 //! position `q = pos + i`) may attend to slot `j`, after the write: slot `j`
 //! holds position `P(j)` (the latest position `< pos + s` that maps to it;
 //! none if no such position) and the query attends iff `P(j) <= q`. This is
-//! the causal mask over the cache; for `s = 1` it is every filled slot. Used
-//! as `attention`'s bool mask operand.
+//! the causal mask over the cache (and with a `span`, also `P(j) > q -
+//! span`); for `s = 1` without a span it is every filled slot. Used as
+//! `attention`'s bool mask operand.
 
 use super::fused_util::infer_on_tensors;
 use super::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
@@ -46,6 +48,8 @@ use crate::tensor::Tensor;
 pub struct KvLayout {
     pub sinks: i64,
     pub window: i64,
+    /// The model's sliding window that `kv_mask` applies (0: none).
+    pub span: i64,
 }
 
 impl KvLayout {
@@ -63,6 +67,11 @@ impl KvLayout {
             return Some(p);
         }
         Some(self.sinks + (p - self.sinks) % self.window)
+    }
+
+    /// Whether a query at position `q` attends to a key at position `p`.
+    pub fn sees(&self, p: i64, q: i64) -> bool {
+        p <= q && (self.span == 0 || p > q - self.span)
     }
 
     /// The position slot `j` holds once positions `0 .. total` are
@@ -86,6 +95,9 @@ impl KvLayout {
         if self.window != 0 {
             a.push(("window", Attr::Int(self.window)));
         }
+        if self.span != 0 {
+            a.push(("span", Attr::Int(self.span)));
+        }
         a
     }
 
@@ -93,6 +105,7 @@ impl KvLayout {
         let l = KvLayout {
             sinks: attrs.int_or("sinks", 0)?,
             window: attrs.int_or("window", 0)?,
+            span: attrs.int_or("span", 0)?,
         };
         l.check()?;
         Ok(l)
@@ -108,6 +121,16 @@ impl KvLayout {
         }
         if self.sinks > 0 && self.window == 0 {
             bail!("KV cache sinks = {} needs a window > 0", self.sinks);
+        }
+        if self.span < 0
+            || (self.span > 0 && self.window > 0 && (self.sinks > 0 || self.window < self.span))
+        {
+            bail!(
+                "KV cache span = {} needs span >= 0 and, with a ring, no sinks and a window of at least the span (sinks = {}, window = {})",
+                self.span,
+                self.sinks,
+                self.window
+            );
         }
         Ok(())
     }
@@ -257,7 +280,7 @@ impl OpDef for KvMask {
                 continue;
             };
             for i in 0..s {
-                keep[i * cap + j] = p <= pos + i as i64;
+                keep[i * cap + j] = self.layout.sees(p, pos + i as i64);
             }
         }
         Ok(vec![Tensor::from_bool(vec![1, 1, s, cap], keep)])
@@ -309,6 +332,7 @@ mod tests {
         let l = KvLayout {
             sinks: 2,
             window: 3,
+            span: 0,
         };
         let slots: Vec<i64> = (0..9).map(|p| l.slot(p, 5).unwrap()).collect();
         assert_eq!(slots, [0, 1, 2, 3, 4, 2, 3, 4, 2]);
@@ -341,11 +365,36 @@ mod tests {
             layout: KvLayout {
                 sinks: 1,
                 window: 2,
+                span: 0,
             },
         };
         let pos = Tensor::scalar_i64(7);
         let m = ev(ring, &[&cache(3), &new(&[0.; 2]), &pos]);
         assert_eq!(m.as_bool().unwrap(), &[t, t, t]);
+    }
+
+    #[test]
+    fn a_span_keeps_the_last_positions_of_each_query() {
+        // A ring of 4 slots for a span of 2; a step of 3 tokens at 5 writes
+        // positions 5, 6, 7 into slots 1, 2, 3 (slot 0 holds 4).
+        let op = KvMask {
+            layout: KvLayout {
+                sinks: 0,
+                window: 4,
+                span: 2,
+            },
+        };
+        let pos = Tensor::scalar_i64(5);
+        let m = ev(op, &[&cache(4), &new(&[0.; 6]), &pos]);
+        let (t, f) = (true, false);
+        // Query 5 sees 4, 5; query 6 sees 5, 6; query 7 sees 6, 7.
+        assert_eq!(m.as_bool().unwrap(), &[t, t, f, f, f, t, t, f, f, f, t, t]);
+        let bad = KvLayout {
+            sinks: 0,
+            window: 1,
+            span: 2,
+        };
+        assert!(bad.check().is_err());
     }
 
     #[test]
@@ -361,6 +410,7 @@ mod tests {
             layout: KvLayout {
                 sinks: 4,
                 window: 8,
+                span: 0,
             },
         };
         let pos = Tensor::scalar_i64(0);

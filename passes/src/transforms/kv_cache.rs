@@ -26,6 +26,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         help: "keep only the last WINDOW tokens (plus the sinks): a ring, memory stays flat",
     },
     OptionSpec {
+        name: "max-chunk",
+        kind: OptionKind::Int,
+        default: "0",
+        help: "the most tokens one step feeds (the largest bucket; 0: max-context): sizes a sliding-window layer's ring",
+    },
+    OptionSpec {
         name: "sinks",
         kind: OptionKind::Int,
         default: "0",
@@ -54,12 +60,15 @@ pub fn cache_names(l: usize, which: &str) -> (String, String) {
     (format!("past.{l}.{which}"), format!("present.{l}.{which}"))
 }
 
-/// For every graph with a causal, maskless, windowless fused `attention`:
+/// For every graph with a causal, maskless fused `attention`:
 ///
 /// - adds the input `%cache_pos : i64[]`, the absolute position of the
 ///   step's first token, and per attention `l` the inputs `%past.l.key`,
 ///   `%past.l.value` (`[b, kv_heads, C, head_dim]`, `C` = `max-context`,
-///   or `sinks + window` with a window; `dtype`);
+///   or `sinks + window` with a window; `dtype`); a layer whose attention
+///   has the model's own sliding window `w` (Mistral, Gemma 2's local
+///   layers) gets a ring of `w + max-chunk - 1` slots when that is smaller,
+///   and its `kv_mask` keeps only the last `w` positions (`span = w`);
 /// - writes the step's keys and values into them (`kv_write`), appends
 ///   the written caches as the outputs `%present.l.key`/`%present.l.value`
 ///   (after the existing outputs), and makes the attention read the cache
@@ -81,14 +90,16 @@ pub fn cache_names(l: usize, which: &str) -> (String, String) {
 /// Requires: a verified graph whose attention is fused (`eqsat-fuse`) with
 /// static head counts. Guarantees: a graph that verifies; run with
 /// `%cache_pos = 0` and zeroed caches, its first outputs equal the
-/// original's. Fails, naming the node, on attention with a mask operand or
-/// its own window, or when no attention is fused. The memory planner keeps
+/// original's, for steps of at most `max-chunk` tokens. Fails, naming the
+/// node, on attention with a mask operand or without the causal rule, or
+/// when no attention is fused. The memory planner keeps
 /// each `past`/`present` pair in one place of the `kv_cache` region (the
 /// write is in place), so a runtime carries the cache across steps without
 /// copying. Statistics: `graphs-cached`, `layers-cached`,
 /// `positions-shifted`.
 pub struct KvCache {
     max_context: i64,
+    max_chunk: i64,
     layout: KvLayout,
     dtype: String,
     symbol: String,
@@ -98,9 +109,11 @@ impl KvCache {
     pub fn from_options(o: &PassOptions) -> KvCache {
         KvCache {
             max_context: o.int("max-context"),
+            max_chunk: o.int("max-chunk"),
             layout: KvLayout {
                 sinks: o.int("sinks"),
                 window: o.int("window"),
+                span: 0,
             },
             dtype: o.str("dtype").to_string(),
             symbol: o.str("symbol").to_string(),
@@ -130,6 +143,37 @@ impl KvCache {
             ));
         }
         Ok(c)
+    }
+
+    /// The capacity and layout of a layer whose attention has the model's
+    /// own sliding `window` (0: none), given the capacity of the others.
+    /// A windowed layer keeps a ring of `window + max-chunk - 1` slots
+    /// (every key a step of up to `max-chunk` tokens needs survives its own
+    /// writes) when that is smaller than the other layers' cache.
+    fn layer(&self, window: i64, capacity: i64) -> (i64, KvLayout) {
+        if window == 0 {
+            return (capacity, self.layout);
+        }
+        let chunk = if self.max_chunk > 0 {
+            self.max_chunk
+        } else {
+            self.max_context
+        };
+        let ring = window + chunk - 1;
+        if ring < capacity {
+            let layout = KvLayout {
+                sinks: 0,
+                window: ring,
+                span: window,
+            };
+            (ring, layout)
+        } else {
+            let layout = KvLayout {
+                span: window,
+                ..self.layout
+            };
+            (capacity, layout)
+        }
     }
 
     fn cache_dtype(&self) -> Result<DType, PassError> {
@@ -230,13 +274,14 @@ fn rewrite_graph(
                         "attention with a mask operand cannot be cached (only causal attention)",
                     ));
                 }
-                if !a.causal || a.window != 0 {
+                if !a.causal {
                     return Err(at(
                         g,
                         &node,
-                        "only causal attention without its own window can be cached",
+                        "only causal attention can be cached (this one attends to later keys)",
                     ));
                 }
+                let (capacity, layout) = opts.layer(a.window, capacity);
                 let l = attentions;
                 attentions += 1;
                 let (mut k, mut v) = (node.inputs[1], node.inputs[2]);
@@ -268,8 +313,8 @@ fn rewrite_graph(
                             .map_err(|e| failed("kv-cache", format!("graph @{}: {e}", g.name)))?;
                     }
                 }
-                let kc = write_cache(g, l, "key", k, pos, capacity, dtype, opts.layout)?;
-                let vc = write_cache(g, l, "value", v, pos, capacity, dtype, opts.layout)?;
+                let kc = write_cache(g, l, "key", k, pos, capacity, dtype, layout)?;
+                let vc = write_cache(g, l, "value", v, pos, capacity, dtype, layout)?;
                 match &replaced {
                     Some((pk, pv)) => {
                         exported_caches.push((pk.clone(), kc));
@@ -287,15 +332,7 @@ fn rewrite_graph(
                     ]),
                 );
                 let name = g.fresh_name(&format!("kv_mask.{l}"));
-                let mask = add1(
-                    g,
-                    KvMask {
-                        layout: opts.layout,
-                    },
-                    vec![kc, k, pos],
-                    name,
-                    mask_ty,
-                )?;
+                let mask = add1(g, KvMask { layout }, vec![kc, k, pos], name, mask_ty)?;
                 let compute = g.ty(k).dtype;
                 let read = |g: &mut Graph, c: ValueId, which: &str| {
                     if dtype == compute {
@@ -307,7 +344,11 @@ fn rewrite_graph(
                     add1(g, Cast { to: compute }, vec![c], name, ty)
                 };
                 let (kr, vr) = (read(g, kc, "key")?, read(g, vc, "value")?);
-                node.op = Op::Attention(Attention { causal: false, ..a });
+                node.op = Op::Attention(Attention {
+                    causal: false,
+                    window: 0,
+                    ..a
+                });
                 node.inputs = vec![node.inputs[0], kr, vr, mask];
                 g.nodes.push(node);
             }

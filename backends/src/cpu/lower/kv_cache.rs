@@ -246,6 +246,7 @@ pub fn kv_mask(kb: &mut KernelBuilder, layout: &KvLayout, sig: &NodeSig) -> Resu
         pos,
         s: dm.s,
         c: dm.c as i64,
+        span: layout.span,
     };
     // Slots that hold their own position (all of them without a window).
     let plain = if layout.window == 0 {
@@ -285,10 +286,13 @@ struct Column {
     pos: Value,
     s: usize,
     c: i64,
+    /// The model's sliding window (0: none).
+    span: i64,
 }
 
 impl Column {
-    /// `out[i, j] = held && position <= pos + i` for every query `i`.
+    /// `out[i, j] = held && position <= pos + i` (and with a span,
+    /// `position > pos + i - span`) for every query `i`.
     fn write(
         &self,
         kb: &mut KernelBuilder,
@@ -297,11 +301,16 @@ impl Column {
         position: Value,
     ) -> Result<(), CpuError> {
         let top = kb.index(self.out, j, 1);
-        let (pos, c) = (self.pos, self.c);
+        let (pos, c, span) = (self.pos, self.c, self.span);
         kb.for_n(self.s, |kb, i| {
             let q = kb.b.ins().iadd(pos, i);
             let seen = kb.b.ins().icmp(IntCC::SignedLessThanOrEqual, position, q);
-            let keep = kb.b.ins().band(held, seen);
+            let mut keep = kb.b.ins().band(held, seen);
+            if span > 0 {
+                let reach = kb.b.ins().iadd_imm_s(position, span);
+                let recent = kb.b.ins().icmp(IntCC::SignedGreaterThan, reach, q);
+                keep = kb.b.ins().band(keep, recent);
+            }
             let addr = kb.index(top, i, c);
             kb.store(keep, Ptr { addr, splat: false });
             Ok(())
