@@ -674,13 +674,13 @@ mod tests {
     }
 
     #[test]
-    fn opsets_outside_13_to_21_are_rejected() {
-        for v in [7, 12, 22] {
+    fn opsets_outside_13_to_23_are_rejected() {
+        for v in [7, 12, 24] {
             let m = model(v, vec![input("x", &["2"])], &["x"], vec![], vec![]);
             assert_eq!(
                 import_err(&m),
                 format!(
-                    "test.onnx: default-domain opset {v} is not supported (supported: 13 to 21)"
+                    "test.onnx: default-domain opset {v} is not supported (supported: 13 to 23)"
                 )
             );
         }

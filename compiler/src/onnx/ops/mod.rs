@@ -23,6 +23,7 @@ pub mod misc;
 pub mod norm;
 pub mod reduce;
 pub mod shape;
+pub mod transformer;
 
 /// Imports one ONNX node.
 pub type ImportFn = for<'a, 'm> fn(&mut Ctx<'a, 'm>) -> R<Vec<ValueId>>;
@@ -80,6 +81,7 @@ pub fn register_all_ops(reg: &mut OpMap) {
     norm::register(reg);
     reduce::register(reg);
     shape::register(reg);
+    transformer::register(reg);
 }
 
 /// One result.
