@@ -4,6 +4,12 @@ Writes, from the repository root (needs the pins in testdata/requirements-gen.tx
 
     python testdata/models/generate_goldens.py             # llama, qwen2, phi3, gpt2
     python testdata/models/generate_goldens.py --only gpt2
+    python testdata/models/generate_goldens.py --families [--family gemma2]
+
+With --families, one golden per decoder family of testdata/models/families/ (families.py)
+goes to `goldens/families/<family>/generate/`, checked against every variant written
+(attention implementations and exporters); the model runs with transformers' default
+attention (`sdpa`, or `eager` where the family has no SDPA path: Gemma 2).
 
 Each model is rebuilt exactly as testdata/models/generate.py builds it (its `build`:
 same configs, seeds and weight init), then `model.generate` runs greedily (FP32, eager
@@ -56,6 +62,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import families  # noqa: E402  (the family models: build(), FAMILIES, VARIANTS)
 import generate  # noqa: E402  (build(), DECODERS, TORCHSCRIPT)
 
 ROOT = generate.ROOT
@@ -157,10 +164,31 @@ def sha256(path: Path) -> str:
 
 
 def write_golden(name: str) -> int:
+    """The golden of a model of testdata/models/ and its TorchScript twin."""
+    paths = [MODELS_DIR / f"{name}.onnx", MODELS_DIR / f"{name}{generate.TORCHSCRIPT}.onnx"]
+    note = (f"{name}{generate.TORCHSCRIPT}.onnx is the TorchScript export of the same "
+            f"model (same weights) as {name}.onnx: the golden applies to both")
+    return write_model_golden(name, generate.build(name), "eager", paths, note,
+                              GOLDENS_DIR / name / "generate")
+
+
+def write_family_golden(family: str) -> int:
+    """The golden of a family of testdata/models/families/: every variant written."""
+    attn = "eager" if family in families.SDPA_UNSUPPORTED else "sdpa"
+    paths = [families.FAMILIES_DIR / f"{families.file_name(family, v)}.onnx"
+             for v in families.VARIANTS]
+    paths = [p for p in paths if p.exists()]
+    note = (f"the variants of {family} (attention implementations and exporters) compute "
+            "the same model (same config, seed and weights): the golden applies to all")
+    return write_model_golden(family, families.build(family, attn), attn, paths, note,
+                              GOLDENS_DIR / "families" / family / "generate")
+
+
+def write_model_golden(name: str, model, attn: str, paths: list[Path], note: str,
+                       out_dir: Path) -> int:
     import torch
     import transformers
 
-    model = generate.build(name)
     vocab = model.config.vocab_size
     passed_over = []
     for seed in range(MAX_SEEDS):
@@ -179,7 +207,6 @@ def write_golden(name: str) -> int:
         nocache = model(input_ids=full).logits[0, PROMPT_LEN - 1:].numpy()
     torch_rel = rel_error(nocache, logits)
 
-    paths = [MODELS_DIR / f"{name}.onnx", MODELS_DIR / f"{name}{generate.TORCHSCRIPT}.onnx"]
     checks = {}
     for path in paths:
         c = ort_check(path, prompt, tokens, logits)
@@ -190,7 +217,6 @@ def write_golden(name: str) -> int:
                        "max_rel_per_step": float(f"{c['max_rel_per_step']:.3g}"),
                        "argmax_equal": c["argmax_equal"]}
 
-    out_dir = GOLDENS_DIR / name / "generate"
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -200,14 +226,13 @@ def write_golden(name: str) -> int:
     manifest = {
         "models": [str(p.relative_to(ROOT)) for p in paths],
         "model_sha256": {str(p.relative_to(ROOT)): sha256(p) for p in paths},
-        "models_note": f"{name}{generate.TORCHSCRIPT}.onnx is the TorchScript export of the same "
-                       f"model (same weights) as {name}.onnx: the golden applies to both",
+        "models_note": note,
         "source": f"transformers {transformers.__version__} generate, greedy, "
                   f"torch {torch.__version__.split('+')[0]}",
         "generation": {
             "max_new_tokens": NEW_TOKENS, "do_sample": False, "use_cache": True,
             "cache": "DynamicCache", "eos_token_id": None, "dtype": "float32",
-            "attn_implementation": "eager",
+            "attn_implementation": attn,
         },
         "prompt": f"numpy.random.default_rng({seed}).integers(0, {vocab}, (1, {PROMPT_LEN}))",
         "prompt_seed": seed,
@@ -236,7 +261,7 @@ def write_golden(name: str) -> int:
     (out_dir / "generate.json").write_text(to_json(manifest) + "\n")
     total = sum(f.stat().st_size for f in out_dir.iterdir())
     worst = max(c["max_rel"] for c in checks.values())
-    print(f"goldens/{name}/generate: {total / 1e3:.0f} kB, prompt seed {seed}, "
+    print(f"{out_dir.relative_to(ROOT)}: {total / 1e3:.0f} kB, prompt seed {seed}, "
           f"min top-2 gap {gap['abs']:.4g} ({gap['rel']:.3g} rel, step {gap['step']}), "
           f"onnxruntime max rel {worst:.2e}, torch no-cache rel {torch_rel:.2e}")
     return total
@@ -246,10 +271,19 @@ def main() -> None:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    decoders = [f for f in families.FAMILIES if f not in families.ENCODERS]
     parser.add_argument("--only", action="append", choices=generate.DECODERS,
                         help="model name (repeatable)")
+    parser.add_argument("--families", action="store_true",
+                        help="the families of testdata/models/families/ instead")
+    parser.add_argument("--family", action="append", choices=decoders,
+                        help="with --families: one family (repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.families:
+        for family in args.family or decoders:
+            write_family_golden(family)
+        return
     for name in args.only or generate.DECODERS:
         write_golden(name)
 

