@@ -1,9 +1,11 @@
 //! `const-fold`: replace values known at compile time by constants.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use slmcc_ir::ops::constant::Constant;
-use slmcc_ir::{EvalCtx, Fact, Known, Module, Op, OpDef};
+use slmcc_ir::ops::transpose::Transpose;
+use slmcc_ir::{EvalCtx, Fact, Known, Module, Op, OpDef, ValueDef};
 
 use crate::facts::propagate;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
@@ -21,12 +23,16 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
 /// turns every node result whose value is known into a `constant`: concrete
 /// values (from the reference evaluation of the op) and symbolic ones (shape
 /// bookkeeping such as `shape %x` → `constant {value = [1, seq, 128]}`).
-/// Weights are not read; results larger than `max-elements` stay computed.
+/// Results larger than `max-elements` stay computed. The one place weights
+/// are read: a `transpose` of a weight (PyTorch's tied LM head,
+/// `matmul(x, transpose(embed))`) becomes the weight `@name.T{perm}`,
+/// transposed once here instead of at every run, when the weight's data is
+/// at hand; a weight no graph reads any more leaves the store.
 ///
 /// Requires: a graph that verifies. Guarantees: the graph computes the same
 /// values; folded nodes become `constant` nodes in place, keeping their
-/// result names, and the nodes that fed them are left for `dce`. Statistic
-/// `nodes-folded`.
+/// result names, and the nodes that fed them are left for `dce`. Statistics
+/// `nodes-folded`, `weights-transposed`.
 pub struct ConstFold {
     max_elements: usize,
 }
@@ -75,6 +81,87 @@ fn evaluate(
         .collect())
 }
 
+/// The name of weight `name` transposed by `perm`.
+fn transposed_name(name: &str, perm: &[i64]) -> String {
+    let p: Vec<String> = perm.iter().map(i64::to_string).collect();
+    format!("{name}.T{}", p.join(""))
+}
+
+/// Replaces each `transpose` of a weight whose data is at hand by a weight
+/// holding the transposed data (see [`ConstFold`]); returns how many.
+fn fold_weight_transposes(module: &mut Module) -> Result<u64, PassError> {
+    let mut folded = 0;
+    for gi in 0..module.graphs.len() {
+        let g = &module.graphs[gi];
+        let todo: Vec<(usize, String, Vec<i64>)> = g
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let Op::Transpose(t) = &n.op else {
+                    return None;
+                };
+                match &g.value(*n.inputs.first()?).def {
+                    ValueDef::Weight(w) if !g.outputs.contains(&n.outputs[0]) => {
+                        Some((i, w.clone(), t.perm.clone()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        let mut dropped = Vec::new();
+        for (i, name, perm) in todo {
+            let new = transposed_name(&name, &perm);
+            if module.weights.get(&new).is_none() {
+                let fail = |e: String| crate::pass::failed("const-fold", format!("@{name}: {e}"));
+                let Some(t) = module.weights.tensor(&name).map_err(|e| fail(e.to_string()))?
+                else {
+                    continue;
+                };
+                let op = Transpose { perm: perm.clone() };
+                let out = op
+                    .eval(&[&t], &EvalCtx::default())
+                    .map_err(|e| fail(e.to_string()))?;
+                module.weights.insert(new.clone(), out.into_iter().next().expect("one result"));
+            }
+            let g = &mut module.graphs[gi];
+            let out = g.nodes[i].outputs[0];
+            let ty = g.ty(out).clone();
+            let w = g.weight(&new, ty);
+            g.replace_all_uses(out, w);
+            dropped.push(i);
+            folded += 1;
+        }
+        let g = &mut module.graphs[gi];
+        let mut k = 0;
+        g.nodes.retain(|_| {
+            k += 1;
+            !dropped.contains(&(k - 1))
+        });
+        g.compact();
+    }
+    if folded > 0 {
+        let used: HashSet<String> = module
+            .graphs
+            .iter()
+            .flat_map(|g| g.values().filter_map(|(_, v)| match &v.def {
+                ValueDef::Weight(w) => Some(w.clone()),
+                _ => None,
+            }))
+            .collect();
+        let unused: Vec<String> = module
+            .weights
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .filter(|n| !used.contains(n))
+            .collect();
+        for n in unused {
+            module.weights.remove(&n);
+        }
+    }
+    Ok(folded)
+}
+
 fn element_count(f: &Fact) -> Option<usize> {
     Some(f.ty.shape.as_fixed()?.iter().product())
 }
@@ -121,6 +208,8 @@ impl Pass for ConstFold {
             g.nodes = new_nodes;
         }
         stats.add("nodes-folded", folded);
-        Ok(folded > 0)
+        let transposed = fold_weight_transposes(module)?;
+        stats.add("weights-transposed", transposed);
+        Ok(folded + transposed > 0)
     }
 }
