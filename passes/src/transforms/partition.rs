@@ -157,7 +157,7 @@ fn place_node(g: &Graph, i: usize) -> Placement {
             "f32 matmul (the NPU multiplies INT8/INT4 weights; quantize keeps the LM head f32)",
         ),
         Op::Glu(_) => Placement::cpu("f32 gated MLP (quantize with glus=keep)"),
-        Op::Attention(op) => place_attention(g, i, op.softcap),
+        Op::Attention(_) => place_attention(g, i),
         Op::RmsNorm(_) | Op::AddRmsNorm(_) => place_rms_norm(g, i),
         Op::LayerNorm(_) | Op::AddLayerNorm(_) => {
             Placement::cpu("no NPU layer-norm kernel in this version")
@@ -193,7 +193,7 @@ fn place_rms_norm(g: &Graph, i: usize) -> Placement {
     }
 }
 
-fn place_attention(g: &Graph, i: usize, softcap: f32) -> Placement {
+fn place_attention(g: &Graph, i: usize) -> Placement {
     let node = &g.nodes[i];
     let shapes: Option<Vec<Vec<usize>>> = node.inputs[..3]
         .iter()
@@ -205,8 +205,6 @@ fn place_attention(g: &Graph, i: usize, softcap: f32) -> Placement {
     let (q, k, v) = (&shapes[0], &shapes[1], &shapes[2]);
     if g.ty(node.inputs[0]).dtype != DType::F32 {
         Placement::cpu("attention on non-f32 tensors")
-    } else if softcap > 0.0 {
-        Placement::cpu("soft-capped attention (no tanh on the NPU's vector unit)")
     } else if q[3] > NPU_MAX_HEAD || v[3] > NPU_MAX_HEAD {
         Placement::cpu("attention heads larger than 512")
     } else if q[2] > NPU_MAX_SEQ || k[2] > NPU_MAX_SEQ {
@@ -417,12 +415,12 @@ mod tests {
         let p = place(g);
         let devices: Vec<Device> = p.iter().map(|p| p.device).collect();
         use Device::{Cpu, Npu};
-        assert_eq!(devices, [Npu, Cpu, Npu, Npu, Cpu, Cpu, Npu], "{p:?}");
+        assert_eq!(devices, [Npu, Cpu, Npu, Npu, Cpu, Npu, Npu], "{p:?}");
         assert!(p[4].reason.contains("broadcast over batch and heads"));
-        assert!(p[5].reason.contains("soft-capped"));
         assert_eq!(npu_attention_mask_rows(g, 3), Some(4));
         assert_eq!(npu_attention_mask_rows(g, 4), None);
         let exact = place_with(g, NpuOps::EXACT);
+        assert_eq!(exact[5].device, Cpu);
         assert_eq!(exact[6].device, Cpu);
         assert!(exact[6].reason.contains("kept on the CPU"));
         assert_eq!(exact[0].device, Npu);

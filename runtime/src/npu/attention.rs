@@ -58,6 +58,7 @@ fn problem(g: &Graph, node: usize) -> Result<AttentionProblem, String> {
         scale: op.scale,
         causal: op.causal,
         window: u(op.window.max(0) as usize)?,
+        softcap: op.softcap,
         mask,
         mask_rows: u(mask_rows)?,
     })

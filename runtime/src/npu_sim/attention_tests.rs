@@ -75,6 +75,7 @@ fn case(seed: u64, small: bool) -> Case {
         scale: 0.05 + r.unit(),
         causal,
         window,
+        softcap: if r.int(0, 2) == 0 { 0.5 + 4.0 * r.unit() } else { 0.0 },
         mask,
         mask_rows,
     };
@@ -182,7 +183,7 @@ fn ir_attention(c: &Case) -> Vec<f32> {
         scale: p.scale,
         causal: p.causal,
         window: i64::from(p.window),
-        softcap: 0.0,
+        softcap: p.softcap,
     };
     let t = |shape: [u32; 4], v: &[f32]| {
         Tensor::from_f32(shape.iter().map(|&x| x as usize).collect(), v.to_vec())
@@ -263,6 +264,7 @@ fn a_decode_step_reads_only_the_kept_keys() {
         scale: 0.088,
         causal: false,
         window: 0,
+        softcap: 0.0,
         mask: MaskKind::Keep,
         mask_rows: 1,
     };

@@ -26,7 +26,7 @@ pub const NORM_RECORD: u64 = 16;
 /// 12..16 ignored and preserved).
 pub const SM_ROW_RECORD: u64 = 16;
 /// Bytes of the `sm.online` parameter record (f32 scale @0, i32 window
-/// @4, 8..16 ignored).
+/// @4, f32 softcap @8, 12..16 ignored).
 pub const SM_PARAMS: u64 = 16;
 
 fn f32_le(b: &[u8]) -> f32 {
@@ -197,6 +197,7 @@ fn softmax_online(c: &mut [u8], i: &Instr) -> Result<(), ExecError> {
     let prm = bytes(Mem::Cbuf, c, params.into(), SM_PARAMS)?;
     let scale = f32_le(&prm[0..4]);
     let window = i64::from(i32::from_le_bytes([prm[4], prm[5], prm[6], prm[7]]));
+    let softcap = f32_le(&prm[8..12]);
     let mk = match mask {
         ScoreMask::None => MaskData::None,
         ScoreMask::Keep(a) => {
@@ -216,6 +217,9 @@ fn softmax_online(c: &mut [u8], i: &Instr) -> Result<(), ExecError> {
         for jj in 0..n {
             let e = ii * n + jj;
             let mut v = scale * s[e];
+            if softcap > 0.0 {
+                v = softcap * (v / softcap).tanh();
+            }
             match &mk {
                 MaskData::None => {}
                 MaskData::Keep(k) => {

@@ -587,8 +587,10 @@ fn sm_instr(mask: ScoreMask, (m, n): (u32, u32), causal: Option<i32>, first: boo
     }
 }
 
+/// The `sm.online` parameter record without soft-capping (bytes 12..16,
+/// which the instruction ignores, hold junk).
 fn put_params(sim: &mut NpuSim, scale: f32, window: i32) {
-    put_f32(sim, Q, &[scale, f32::from_bits(window as u32), 1.0, 2.0]);
+    put_f32(sim, Q, &[scale, f32::from_bits(window as u32), 0.0, 2.0]);
 }
 
 /// `sm.online` first and non-first steps by hand and against the
@@ -634,6 +636,25 @@ fn softmax_online_first_then_next() {
     let (want_r, want_p) = ref_sm(&s2, (m, n), 0.5, None, None, None, Some(&r1));
     assert_eq!(rec_bits(&r2), rec_bits(&want_r));
     assert_eq!(get_u16(&sim, P, m * n), want_p);
+}
+
+/// Soft-capping (`softcap` @8 of the parameter record) caps the scaled
+/// scores before the mask: `x = cap · tanh(scale · s / cap)`.
+#[test]
+fn softmax_online_soft_caps_the_scores() {
+    let s = [40.0f32, 2.0, -30.0];
+    let mut sim = new_sim();
+    put_f32(&mut sim, Q, &[0.5, 0.0, 5.0, 0.0]);
+    put_recs(&mut sim, &[(f32::NAN, f32::NAN, f32::NAN)]);
+    put_f32(&mut sim, S, &s);
+    run1(&mut sim, sm_instr(ScoreMask::None, (1, 3), None, true));
+    let cap = |v: f32| 5.0 * ((0.5 * v) / 5.0).tanh();
+    let x: Vec<f32> = s.iter().map(|&v| cap(v)).collect();
+    let r = get_recs(&sim, 1);
+    assert_eq!(r[0].0.to_bits(), x[0].to_bits());
+    assert!(r[0].0 < 5.0, "the max is capped: {}", r[0].0);
+    let sum = ((0.0 + (x[0] - x[0]).exp()) + (x[1] - x[0]).exp()) + (x[2] - x[0]).exp();
+    assert_eq!(r[0].1.to_bits(), sum.to_bits());
 }
 
 /// Keep and add masks against the reference; masked keys get `p = 0`.

@@ -1,7 +1,8 @@
 //! Attention on the NPU: tiled, online softmax, the scores never leave
 //! CBUF (flash attention). The IR op `attention` (`slmcc_ir::ops::
-//! attention`) with grouped KV heads, causal and sliding-window masks and
-//! a keep (bool) or additive (f32) mask operand; not soft-capping.
+//! attention`) with grouped KV heads, causal and sliding-window masks,
+//! logit soft-capping (Gemma 2) and a keep (bool) or additive (f32) mask
+//! operand.
 //!
 //! Arithmetic (what [`super::attention_ref::attention_reference`] computes
 //! bit for bit): both products run on the MAC array in f16 with f32
@@ -82,6 +83,8 @@ pub struct AttentionProblem {
     pub causal: bool,
     /// Sliding window (0: none; needs `causal`).
     pub window: u32,
+    /// Logit soft-capping of the scaled scores (0: none).
+    pub softcap: f32,
     pub mask: MaskKind,
     /// Mask rows: 1 (one row for every query) or `s`.
     pub mask_rows: u32,
@@ -317,11 +320,13 @@ impl AttentionLayout {
         })
     }
 
-    /// The parameter record: f32 scale, i32 window, 8 zero bytes.
+    /// The parameter record: f32 scale, i32 window, f32 softcap, 4 zero
+    /// bytes.
     pub fn params_record(p: &AttentionProblem) -> [u8; 16] {
         let mut r = [0u8; 16];
         r[..4].copy_from_slice(&p.scale.to_le_bytes());
         r[4..8].copy_from_slice(&p.window.to_le_bytes());
+        r[8..12].copy_from_slice(&p.softcap.to_le_bytes());
         r
     }
 }

@@ -75,6 +75,9 @@ pub fn attention_reference(
                             // The three `mm.f16` into one tile, in order.
                             let score = dot(qh.clone(), kh.clone()) + dot(qh, kl) + dot(ql, kh);
                             let mut x = p.scale * score;
+                            if p.softcap > 0.0 {
+                                x = p.softcap * (x / p.softcap).tanh();
+                            }
                             match mask {
                                 MaskData::None => {}
                                 MaskData::Add(m) => x += m[mrow * t + j],
