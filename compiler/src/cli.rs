@@ -431,6 +431,11 @@ pub struct ReportArgs {
     /// rk3588: print the disassembly of every NPU program.
     #[arg(long)]
     pub asm: bool,
+    /// Report the fusion instead (a model, `.onnx` or `.slm` before
+    /// fusion): the fused ops of the fused graph, each attention's
+    /// attributes, and the candidates left unfused.
+    #[arg(long, conflicts_with_all = ["buckets", "plan_svg", "asm"])]
+    pub fusion: bool,
 }
 
 const REPORT_AFTER_HELP: &str = "\

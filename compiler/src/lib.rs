@@ -2,7 +2,9 @@
 //!
 //! [`onnx`] is the ONNX frontend (`slmcc import`, and the loader of `run`,
 //! `onnx-test` and `golden`); [`pipeline`] the pass pipelines `compile`,
-//! `run` and `report` run.
+//! `run` and `report` run; [`fusion`] what fusion made of a model
+//! (`slmcc report --fusion`).
 
+pub mod fusion;
 pub mod onnx;
 pub mod pipeline;

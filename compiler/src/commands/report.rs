@@ -4,6 +4,8 @@
 //! The input is a package (`.slmpkg`: its version set, options and kernels
 //! first), a module that already holds plans (`.slm` written after
 //! `plan-memory`), or a model that is planned now with [`plan_pipeline`].
+//! With `--fusion`, a model is fused instead and what fusion made of it is
+//! printed ([`slmcc::fusion`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -22,8 +24,27 @@ pub use slmcc::pipeline::DEFAULT_BUCKETS;
 
 use super::estimate::{asm_report, estimate_report};
 
+/// `--fusion`: fuses a model now and prints [`slmcc::fusion::FusionSummary`].
+fn fusion_report(path: &Path) -> CmdResult {
+    if path.extension().is_some_and(|e| e == "slmpkg") {
+        return Err(anyhow!(
+            "{}: --fusion reports a model (.onnx or .slm); a package is already fused",
+            path.display()
+        )
+        .into());
+    }
+    let mut module = load_module(path)?;
+    let summary = slmcc::fusion::fuse_and_summarize(&mut module)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    print!("{}", summary.text(&path.display().to_string()));
+    Ok(())
+}
+
 pub fn run(args: ReportArgs) -> CmdResult {
     let path = &args.package;
+    if args.fusion {
+        return fusion_report(path);
+    }
     if path.extension().is_some_and(|e| e == "slmpkg") {
         if args.buckets.is_some() {
             return Err(anyhow!(
