@@ -28,21 +28,11 @@ use slmcc_runtime::package::{
 };
 
 use super::load::load_module;
+// The fused ops counted per bucket in `--report`.
+use slmcc::fusion::FUSED_OPS;
 use super::report::DEFAULT_BUCKETS;
 use crate::cli::CompileArgs;
 use crate::exit::CmdResult;
-
-/// The fused ops counted per bucket in `--report`.
-pub const FUSED_OPS: [&str; 8] = [
-    "rms_norm",
-    "add_rms_norm",
-    "add_layer_norm",
-    "gelu",
-    "swiglu",
-    "geglu",
-    "rope",
-    "attention",
-];
 
 use slmcc::pipeline::{quantized_pipeline, Quant};
 
