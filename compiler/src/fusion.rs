@@ -109,7 +109,8 @@ pub fn summarize(g: &Graph, stats: &slmcc_passes::pass::Statistics) -> FusionSum
                 .map(|(k, v)| format!("{k} = {v}"))
                 .collect();
             let mask = if node.inputs.len() > 3 { " + mask" } else { "" };
-            out.attention.push(format!("{{{}}}{mask}", attrs.join(", ")));
+            out.attention
+                .push(format!("{{{}}}{mask}", attrs.join(", ")));
         }
     }
     for stat in UNFUSED {

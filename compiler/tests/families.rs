@@ -37,18 +37,42 @@ struct Family {
 
 const FAMILIES: &[Family] = &[
     fam("llama3", "swiglu", "GQA 4/2, untied, llama3 rope scaling"),
-    fam("llama3_mha", "swiglu", "MHA, tied embeddings, linear rope scaling"),
+    fam(
+        "llama3_mha",
+        "swiglu",
+        "MHA, tied embeddings, linear rope scaling",
+    ),
     fam("smollm2", "swiglu", "Llama, tied, 6 heads over 2 KV heads"),
     fam("qwen2", "swiglu", "MQA (1 KV head), QKV bias, tied"),
     fam("qwen3", "swiglu", "QK-norm"),
     fam("mistral", "swiglu", "sliding window 8 on every layer"),
-    fam("gemma", "geglu", "GeGLU (tanh), RMSNorm (1 + w), embedding scale, MQA"),
-    fam("gemma2", "geglu", "soft-capping, alternating sliding/global, pre+post norms"),
+    fam(
+        "gemma",
+        "geglu",
+        "GeGLU (tanh), RMSNorm (1 + w), embedding scale, MQA",
+    ),
+    fam(
+        "gemma2",
+        "geglu",
+        "soft-capping, alternating sliding/global, pre+post norms",
+    ),
     fam("phi3", "swiglu", "fused qkv and gate_up projections"),
-    fam("phi2", "gelu", "parallel attention + MLP, LayerNorm with bias, partial rotary"),
-    fam("stablelm", "swiglu", "partial rotary (0.25), LayerNorm with bias, QKV bias"),
+    fam(
+        "phi2",
+        "gelu",
+        "parallel attention + MLP, LayerNorm with bias, partial rotary",
+    ),
+    fam(
+        "stablelm",
+        "swiglu",
+        "partial rotary (0.25), LayerNorm with bias, QKV bias",
+    ),
     fam("olmo2", "swiglu", "QK-norm over the projection, post-norms"),
-    fam("granite", "swiglu", "embedding, residual, attention and logit multipliers"),
+    fam(
+        "granite",
+        "swiglu",
+        "embedding, residual, attention and logit multipliers",
+    ),
     Family {
         name: "gpt2",
         mlp: "gelu",
@@ -201,7 +225,9 @@ fn check_docs(table: &str) {
         std::fs::write(&path, new).unwrap();
         return;
     }
-    panic!("{DOCS}: the fusion table differs from the models' (rerun with SLMCC_BLESS=1):\n{table}");
+    panic!(
+        "{DOCS}: the fusion table differs from the models' (rerun with SLMCC_BLESS=1):\n{table}"
+    );
 }
 
 #[test]
@@ -236,7 +262,10 @@ struct Golden {
 }
 
 fn golden(family: &str) -> Golden {
-    let dir = repo().join("goldens/families").join(family).join("generate");
+    let dir = repo()
+        .join("goldens/families")
+        .join(family)
+        .join("generate");
     let read = |f: &str| npy::read(&dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     Golden {
         prompt: read("prompt_ids.npy").to_i64_vec(),
@@ -276,7 +305,12 @@ fn tempdir() -> PathBuf {
 }
 
 fn compile(model: &Path, out: &Path, extra: &[&str]) {
-    let mut args = vec!["compile", model.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let mut args = vec![
+        "compile",
+        model.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     let o = slmcc(&args);
     assert!(o.status.success(), "{}: {}", model.display(), stderr(&o));
@@ -293,9 +327,17 @@ fn every_decoder_variant_generates_transformers_tokens_on_cpu() {
             // A package with small buckets: the sliding-window rings
             // (window + 4 - 1 slots) wrap many times in 71 tokens.
             let pkg = tmp.join(format!("{}-{variant}.slmpkg", f.name));
-            compile(&path, &pkg, &["--target", "cpu", "--kv-cache", "--buckets", "4"]);
+            compile(
+                &path,
+                &pkg,
+                &["--target", "cpu", "--kv-cache", "--buckets", "4"],
+            );
             let got = generate(&pkg, &g.prompt, &[]);
-            assert_eq!(got, g.tokens, "{} {variant} from a --kv-cache package", f.name);
+            assert_eq!(
+                got, g.tokens,
+                "{} {variant} from a --kv-cache package",
+                f.name
+            );
         }
     }
 }
@@ -369,7 +411,15 @@ fn every_decoder_variant_runs_quantized_on_the_npu_model() {
             compile(
                 &path,
                 &kv,
-                &["--target", "rk3588", "--quant", "w8a8", "--kv-cache", "--buckets", "16"],
+                &[
+                    "--target",
+                    "rk3588",
+                    "--quant",
+                    "w8a8",
+                    "--kv-cache",
+                    "--buckets",
+                    "16",
+                ],
             );
             let tokens = generate(&kv, &g.prompt, &[]);
             assert_eq!(tokens.len(), 64, "{tag}");

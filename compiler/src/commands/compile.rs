@@ -29,10 +29,10 @@ use slmcc_runtime::package::{
 
 use super::load::load_module;
 // The fused ops counted per bucket in `--report`.
-use slmcc::fusion::FUSED_OPS;
 use super::report::DEFAULT_BUCKETS;
 use crate::cli::CompileArgs;
 use crate::exit::CmdResult;
+use slmcc::fusion::FUSED_OPS;
 
 use slmcc::pipeline::{quantized_pipeline, Quant};
 

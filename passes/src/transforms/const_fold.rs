@@ -114,7 +114,10 @@ fn fold_weight_transposes(module: &mut Module) -> Result<u64, PassError> {
             let new = transposed_name(&name, &perm);
             if module.weights.get(&new).is_none() {
                 let fail = |e: String| crate::pass::failed("const-fold", format!("@{name}: {e}"));
-                let Some(t) = module.weights.tensor(&name).map_err(|e| fail(e.to_string()))?
+                let Some(t) = module
+                    .weights
+                    .tensor(&name)
+                    .map_err(|e| fail(e.to_string()))?
                 else {
                     continue;
                 };
@@ -122,7 +125,9 @@ fn fold_weight_transposes(module: &mut Module) -> Result<u64, PassError> {
                 let out = op
                     .eval(&[&t], &EvalCtx::default())
                     .map_err(|e| fail(e.to_string()))?;
-                module.weights.insert(new.clone(), out.into_iter().next().expect("one result"));
+                module
+                    .weights
+                    .insert(new.clone(), out.into_iter().next().expect("one result"));
             }
             let g = &mut module.graphs[gi];
             let out = g.nodes[i].outputs[0];
@@ -144,10 +149,12 @@ fn fold_weight_transposes(module: &mut Module) -> Result<u64, PassError> {
         let used: HashSet<String> = module
             .graphs
             .iter()
-            .flat_map(|g| g.values().filter_map(|(_, v)| match &v.def {
-                ValueDef::Weight(w) => Some(w.clone()),
-                _ => None,
-            }))
+            .flat_map(|g| {
+                g.values().filter_map(|(_, v)| match &v.def {
+                    ValueDef::Weight(w) => Some(w.clone()),
+                    _ => None,
+                })
+            })
             .collect();
         let unused: Vec<String> = module
             .weights

@@ -75,7 +75,11 @@ fn case(seed: u64, small: bool) -> Case {
         scale: 0.05 + r.unit(),
         causal,
         window,
-        softcap: if r.int(0, 2) == 0 { 0.5 + 4.0 * r.unit() } else { 0.0 },
+        softcap: if r.int(0, 2) == 0 {
+            0.5 + 4.0 * r.unit()
+        } else {
+            0.0
+        },
         mask,
         mask_rows,
     };
