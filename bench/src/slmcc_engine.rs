@@ -27,7 +27,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{DType, Graph, Module, OpDef, Tensor};
-use slmcc_passes::{PassManager, RunOptions};
+use slmcc::pipeline::{BucketSpec, Pipeline};
 use slmcc_runtime::bucket::Padding;
 use slmcc_runtime::exec::{ExecError, KernelSet};
 use slmcc_runtime::jit::JitKernels;
@@ -73,16 +73,12 @@ pub fn prepare(path: &Path, lens: &[usize]) -> anyhow::Result<Prepared> {
             ),
         },
     };
-    let list: Vec<String> = lens.iter().map(usize::to_string).collect();
-    let pipeline = slmcc::pipeline::plan_pipeline(&list.join(","));
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    PassManager::parse(&pipeline, options)
-        .with_context(|| format!("slmcc: pipeline `{pipeline}`"))?
-        .run(&mut module, &mut std::io::sink())
-        .with_context(|| format!("slmcc: {}: pipeline `{pipeline}`", path.display()))?;
+    let pipeline = Pipeline::fusion()
+        .buckets(BucketSpec::Sizes(lens.to_vec()))
+        .planned();
+    pipeline
+        .run(&mut module)
+        .with_context(|| format!("slmcc: {}: pipeline `{}`", path.display(), pipeline.text()))?;
     Ok(Prepared { module, base })
 }
 

@@ -54,13 +54,13 @@ use clap::Parser;
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
-use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::timed::{Recorder, TimedKernels};
 
-use slmcc::pipeline::kv_cache_pipeline;
+use slmcc::pipeline::{BucketSpec, Pipeline};
+use slmcc_passes::transforms::kv_cache::KvCacheOptions;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -372,19 +372,17 @@ fn prepare(path: &Path, args: &Args) -> anyhow::Result<(Module, WeightBytes)> {
     let weights = WeightBytes::of(&module)
         .with_context(|| format!("{}: counting the weights", path.display()))?;
     let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
-    let kv = format!(
-        "kv-cache{{max-context={},window=0,sinks=0,dtype=f32}}",
-        args.max_context
-    );
-    let pipeline = kv_cache_pipeline(&kv, &sizes);
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
+    let kv = KvCacheOptions {
+        max_context: args.max_context,
+        ..KvCacheOptions::default()
     };
-    PassManager::parse(&pipeline, options)
-        .with_context(|| format!("pipeline `{pipeline}`"))?
-        .run(&mut module, &mut std::io::sink())
-        .with_context(|| format!("{}: pipeline `{pipeline}`", path.display()))?;
+    let pipeline = Pipeline::fusion()
+        .kv_cache(kv, false)
+        .buckets(BucketSpec::Sizes(sizes))
+        .planned();
+    pipeline
+        .run(&mut module)
+        .with_context(|| format!("{}: pipeline `{}`", path.display(), pipeline.text()))?;
     Ok((module, weights))
 }
 

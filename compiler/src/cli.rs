@@ -3,7 +3,130 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use slmcc::pipeline::{Quant, QuantizeOptions};
+use slmcc_passes::transforms::kv_cache::KvCacheOptions;
+
+/// `--target`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    /// The host or board CPU only.
+    Cpu,
+    /// The RK3588: quantized linear layers, norms and attention on the
+    /// modelled NPU, the rest on its CPU cores.
+    Rk3588,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::Cpu => "cpu",
+            Target::Rk3588 => "rk3588",
+        })
+    }
+}
+
+impl Target {
+    /// The quantization when `--quant` is not given: the NPU computes in
+    /// INT8, so `w8a8` for rk3588; `none` for the CPU.
+    pub fn default_quant(self) -> QuantScheme {
+        match self {
+            Target::Cpu => QuantScheme::None,
+            Target::Rk3588 => QuantScheme::W8a8,
+        }
+    }
+
+    /// The CPU the kernels are for when `--cpu` is not given: the board's
+    /// for rk3588, the host's for cpu.
+    pub fn default_cpu(self) -> CpuArg {
+        match self {
+            Target::Cpu => CpuArg::Host,
+            Target::Rk3588 => CpuArg::Aarch64,
+        }
+    }
+}
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// The reference interpreter.
+    Reference,
+    /// The Cranelift CPU backend, JIT-compiled for the host.
+    Cpu,
+    /// The modelled RK3588: its NPU nodes on the simulator, the rest on cpu.
+    NpuSim,
+    /// As npu-sim, attention on the CPU (only the NPU kernels bit-exact
+    /// with their ops).
+    NpuSimExact,
+}
+
+impl BackendArg {
+    /// The name on the command line (`npu-sim`), which also keys the
+    /// golden manifests' tolerances.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendArg::Reference => "reference",
+            BackendArg::Cpu => "cpu",
+            BackendArg::NpuSim => "npu-sim",
+            BackendArg::NpuSimExact => "npu-sim-exact",
+        }
+    }
+}
+
+/// `--cpu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CpuArg {
+    /// The host: the runtime JIT-compiles the kernels at load.
+    Host,
+    /// The board's A76 cores: an aarch64 object per bucket in the package.
+    Aarch64,
+}
+
+/// `--quant`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QuantScheme {
+    /// f32 weights.
+    None,
+    /// INT8 weights per output channel, INT8 activations per token.
+    W8a8,
+    /// INT4 weights per group, INT8 activations per token.
+    W4a8,
+}
+
+/// `--quant-keep`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QuantKeep {
+    /// The LM head (the matmul producing the logits) stays f32.
+    LmHead,
+    /// Every linear layer is quantized.
+    None,
+}
+
+/// `--kv-dtype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KvDtype {
+    F32,
+    F16,
+}
+
+/// `--prefill-logits`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrefillLogits {
+    /// The chunk's last token only: the LM head multiplies one row.
+    Last,
+    /// Every row.
+    All,
+}
+
+/// `--threads`, shared by the commands that run kernels.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct ThreadsArgs {
+    /// Threads for the cpu kernels' matrix products (the host GEMM splits
+    /// large ones); other kernels run on one thread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=slmcc_backends::cpu::MAX_THREADS as i64))]
+    pub threads: u16,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -89,10 +212,9 @@ pub struct OptArgs {
 pub struct CompileArgs {
     /// The model: ONNX (`.onnx`), or textual IR (`.slm`, with its weights file).
     pub model: PathBuf,
-    /// The target: `cpu`, or `rk3588` (quantized linear layers on the
-    /// modelled NPU, the rest on its CPU cores).
-    #[arg(long, value_name = "cpu|rk3588")]
-    pub target: String,
+    /// The target.
+    #[arg(long, value_enum)]
+    pub target: Target,
     /// The package to write [default: MODEL's file stem + `.slmpkg`, in the
     /// current directory].
     #[arg(short, long, value_name = "OUT.slmpkg")]
@@ -120,8 +242,8 @@ pub struct CompileArgs {
     /// from the IR at load; the package carries none) or `aarch64` (the
     /// package also carries an aarch64 ELF object per bucket for the board)
     /// [default: aarch64 for --target rk3588, host otherwise].
-    #[arg(long, value_name = "host|aarch64")]
-    pub cpu: Option<String>,
+    #[arg(long, value_enum)]
+    pub cpu: Option<CpuArg>,
     /// Give the model a static KV cache for `slmcc generate`: the kv-cache
     /// pass runs after fusion, and bucket 1 (the decode graph) joins the
     /// prefill buckets.
@@ -162,10 +284,9 @@ pub struct RunArgs {
     /// package (`.slmpkg`, from `slmcc compile`).
     pub model: PathBuf,
     /// Where to run [default: reference; for a package its target: cpu,
-    /// or npu-sim for rk3588]. npu-sim-exact keeps attention on the CPU
-    /// (only the NPU kernels bit-exact with their ops).
-    #[arg(long, value_name = "reference|cpu|npu-sim|npu-sim-exact")]
-    pub backend: Option<String>,
+    /// or npu-sim for rk3588].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     /// Quantize the model's weights first (not for packages).
     #[command(flatten)]
     pub quant: QuantArgs,
@@ -180,10 +301,8 @@ pub struct RunArgs {
     /// smallest that holds it.
     #[arg(long, value_name = "N,N,...")]
     pub buckets: Option<String>,
-    /// Threads for the cpu kernels' matrix products (the host GEMM splits
-    /// large ones); other kernels run on one thread.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub threads: u16,
+    #[command(flatten)]
+    pub threads: ThreadsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -218,17 +337,14 @@ pub struct GenerateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Where to run [default: cpu; npu-sim for an rk3588 package];
-    /// npu-sim-exact keeps attention on the CPU.
-    #[arg(long, value_name = "reference|cpu|npu-sim|npu-sim-exact")]
-    pub backend: Option<String>,
+    /// Where to run [default: cpu; npu-sim for an rk3588 package].
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     /// Quantize the model's weights first (not for packages).
     #[command(flatten)]
     pub quant: QuantArgs,
-    /// Threads for the cpu kernels' matrix products (the host GEMM splits
-    /// large ones); other kernels run on one thread.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub threads: u16,
+    #[command(flatten)]
+    pub threads: ThreadsArgs,
     #[command(flatten)]
     pub kv: KvArgs,
     /// Prefill buckets (an ONNX model only; bucket 1, the decode graph, is always added).
@@ -245,33 +361,35 @@ pub struct GenerateArgs {
 /// Weight quantization: the `quantize` pass after fusion.
 #[derive(Args, Debug, Clone)]
 pub struct QuantArgs {
-    /// `none`, `w8a8` (INT8 weights per output channel) or `w4a8` (INT4
-    /// weights per group); activations INT8 per token. The LM head, the
-    /// embedding, norms and residual adds stay f32 [default: w8a8 for
+    /// The weights' quantization; activations INT8 per token. The LM head,
+    /// the embedding, norms and residual adds stay f32 [default: w8a8 for
     /// --target rk3588, none otherwise].
-    #[arg(long, value_name = "none|w8a8|w4a8")]
-    pub quant: Option<String>,
+    #[arg(long, value_enum)]
+    pub quant: Option<QuantScheme>,
     /// With `w4a8`: rows of K sharing one scale (narrowed to a divisor of
     /// K where it does not divide it).
     #[arg(long, value_name = "G", default_value_t = slmcc::pipeline::DEFAULT_QUANT_GROUP)]
     pub quant_group: usize,
-    /// Linear layers kept f32: `lm-head` (the matmul producing the logits)
-    /// or `none` (quantize it too, as deployments short of memory do).
-    #[arg(long, value_name = "lm-head|none", default_value = "lm-head")]
-    pub quant_keep: String,
+    /// Linear layers kept f32 (`none`: quantize the LM head too, as
+    /// deployments short of memory do).
+    #[arg(long, value_enum, default_value_t = QuantKeep::LmHead)]
+    pub quant_keep: QuantKeep,
 }
 
 impl QuantArgs {
-    /// The checked choice; `default` when `--quant` is not given.
-    pub fn get(&self, default: &str) -> anyhow::Result<slmcc::pipeline::Quant> {
-        let name = self.quant.as_deref().unwrap_or(default);
-        let keep_lm_head = match self.quant_keep.as_str() {
-            "lm-head" => true,
-            "none" => false,
-            k => anyhow::bail!("unknown --quant-keep `{k}` (valid: lm-head, none)"),
+    /// The choice; `default` when `--quant` is not given.
+    pub fn get(&self, default: QuantScheme) -> anyhow::Result<Quant> {
+        let keep_lm_head = self.quant_keep == QuantKeep::LmHead;
+        let options = match self.quant.unwrap_or(default) {
+            QuantScheme::None => return Ok(None),
+            QuantScheme::W8a8 => QuantizeOptions::int8(),
+            QuantScheme::W4a8 if self.quant_group > 0 => QuantizeOptions::int4(self.quant_group),
+            QuantScheme::W4a8 => anyhow::bail!("--quant-group must be positive"),
         };
-        slmcc::pipeline::Quant::parse(name, self.quant_group, keep_lm_head)
-            .map_err(anyhow::Error::msg)
+        Ok(Some(QuantizeOptions {
+            keep_lm_head,
+            ..options
+        }))
     }
 }
 
@@ -279,36 +397,39 @@ impl QuantArgs {
 #[derive(Args, Debug, Clone)]
 pub struct KvArgs {
     /// Cache slots per layer without a window: the longest context.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(i64).range(1..))]
     pub max_context: i64,
     /// Keep only the last W tokens (plus the sinks): memory stays flat.
-    #[arg(long, value_name = "W", default_value_t = 0)]
+    #[arg(long, value_name = "W", default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
     pub kv_window: i64,
     /// With --kv-window: keep the first S tokens for good.
-    #[arg(long, value_name = "S", default_value_t = 0)]
+    #[arg(long, value_name = "S", default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
     pub kv_sinks: i64,
     /// The cache's element type.
-    #[arg(long, value_name = "f32|f16", default_value = "f32")]
-    pub kv_dtype: String,
-    /// Which rows of a step get logits: `last` (the chunk's last token, the
-    /// one generation reads: the LM head multiplies one row) or `all`.
-    #[arg(long, value_name = "last|all", default_value = "last")]
-    pub prefill_logits: String,
+    #[arg(long, value_enum, default_value_t = KvDtype::F32)]
+    pub kv_dtype: KvDtype,
+    /// Which rows of a step get logits: the chunk's last token (the one
+    /// generation reads) or all.
+    #[arg(long, value_enum, default_value_t = PrefillLogits::Last)]
+    pub prefill_logits: PrefillLogits,
 }
 
 impl KvArgs {
-    /// The `kv-cache` pipeline entries (and `last-logits`) for steps of at
-    /// most `max_chunk` tokens (the largest prefill bucket).
-    pub fn pass(&self, max_chunk: usize) -> anyhow::Result<String> {
-        let kv = format!(
-            "kv-cache{{max-context={},max-chunk={max_chunk},window={},sinks={},dtype={}}}",
-            self.max_context, self.kv_window, self.kv_sinks, self.kv_dtype
-        );
-        match self.prefill_logits.as_str() {
-            "last" => Ok(format!("{kv},last-logits")),
-            "all" => Ok(kv),
-            other => anyhow::bail!("unknown --prefill-logits `{other}` (valid: last, all)"),
-        }
+    /// The `kv-cache` options (the steps' length comes from the buckets)
+    /// and whether `last-logits` runs; fails when they do not go together.
+    pub fn options(&self) -> anyhow::Result<(KvCacheOptions, bool)> {
+        let options = KvCacheOptions {
+            max_context: self.max_context,
+            window: self.kv_window,
+            sinks: self.kv_sinks,
+            dtype: match self.kv_dtype {
+                KvDtype::F32 => slmcc_ir::DType::F32,
+                KvDtype::F16 => slmcc_ir::DType::F16,
+            },
+            ..KvCacheOptions::default()
+        };
+        options.check().map_err(anyhow::Error::msg)?;
+        Ok((options, self.prefill_logits == PrefillLogits::Last))
     }
 }
 
@@ -351,12 +472,9 @@ pub struct OnnxTestArgs {
     /// Test folders (holding `model.onnx` and `test_data_set_N/`), or folders of them.
     #[arg(required = true)]
     pub dirs: Vec<PathBuf>,
-    #[arg(
-        long,
-        value_name = "reference|cpu|npu-sim|npu-sim-exact",
-        default_value = "reference"
-    )]
-    pub backend: String,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = BackendArg::Reference)]
+    pub backend: BackendArg,
     /// Run only the tests this file lists (one name per line, `#` comments),
     /// looked up in the folders given; a listed test that is missing fails.
     #[arg(long)]
@@ -364,10 +482,8 @@ pub struct OnnxTestArgs {
     /// Also write the results as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Threads for the cpu kernels' matrix products (the host GEMM splits
-    /// large ones); other kernels run on one thread.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub threads: u16,
+    #[command(flatten)]
+    pub threads: ThreadsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -389,16 +505,11 @@ pub struct GoldenCheckArgs {
     /// Golden folders (`goldens/<model>/` with `manifest.json`) or manifest files.
     #[arg(required = true)]
     pub goldens: Vec<PathBuf>,
-    #[arg(
-        long,
-        value_name = "reference|cpu|npu-sim|npu-sim-exact",
-        default_value = "reference"
-    )]
-    pub backend: String,
-    /// Threads for the cpu kernels' matrix products (the host GEMM splits
-    /// large ones); other kernels run on one thread.
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub threads: u16,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = BackendArg::Reference)]
+    pub backend: BackendArg,
+    #[command(flatten)]
+    pub threads: ThreadsArgs,
     /// Check the model quantized (`quantize` after fusion) against the
     /// same goldens, with the manifest's `tolerances.<quant>` (`max_rel`
     /// and `min_cosine` per layer).
@@ -420,8 +531,8 @@ pub struct ReportArgs {
     pub plan_svg: Option<PathBuf>,
     /// When planning now: the target (`rk3588` quantizes, w8a8 by
     /// default, and adds the estimate); a package reports its own.
-    #[arg(long, value_name = "cpu|rk3588", default_value = "cpu")]
-    pub target: String,
+    #[arg(long, value_enum)]
+    pub target: Option<Target>,
     #[command(flatten)]
     pub quant: QuantArgs,
     /// rk3588: the prompt length of the time-to-first-token estimate (the

@@ -9,7 +9,6 @@ use std::fmt::Write as _;
 
 use slmcc_ir::{Graph, Module, Op, OpDef};
 use slmcc_passes::transforms::eqsat_fuse::UNFUSED;
-use slmcc_passes::{PassManager, RunOptions};
 
 use crate::pipeline::FUSION_PIPELINE;
 
@@ -126,14 +125,7 @@ pub fn summarize(g: &Graph, stats: &slmcc_passes::pass::Statistics) -> FusionSum
 /// Runs the fusion pipeline on `module` (verifying after each pass) and
 /// summarises its `main` graph.
 pub fn fuse_and_summarize(module: &mut Module) -> Result<FusionSummary, String> {
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    let records = PassManager::parse(FUSION_PIPELINE, options)
-        .map_err(|e| e.to_string())?
-        .run(module, &mut std::io::sink())
-        .map_err(|e| e.to_string())?;
+    let records = slmcc_passes::run_pipeline(module, FUSION_PIPELINE).map_err(|e| e.to_string())?;
     let stats = records
         .into_iter()
         .find(|r| r.name == "eqsat-fuse")

@@ -1,126 +1,198 @@
-//! The pass pipelines the driver runs, public so that other tools (the
-//! benchmark under `bench/`) prepare a model exactly as `slmcc compile
-//! --target cpu` and `slmcc run --buckets` do.
+//! The pass pipelines the driver runs, built in one place ([`Pipeline`]),
+//! public so that other tools (the benchmarks under `bench/` and
+//! `compiler/examples/`) prepare a model exactly as `slmcc compile`, `run`,
+//! `generate`, `golden check` and `report` do.
+
+use std::path::PathBuf;
+
+use slmcc_ir::Module;
+use slmcc_passes::transforms::kv_cache::KvCacheOptions;
+pub use slmcc_passes::transforms::quantize::QuantizeOptions;
+use slmcc_passes::{PassError, PassRecord};
 
 /// The passes before bucket specialisation in the default pipeline: fold
 /// the shape bookkeeping, fuse the transformer blocks, clean up. Also what
 /// runs before the reference interpreter and the unplanned cpu backend.
 pub const FUSION_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
 
-/// Weight quantization (`--quant`): which `quantize` entry follows fusion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quant {
-    /// `f32` weights.
-    None,
-    /// INT8 weights per output channel, INT8 activations per token (the
-    /// LM head kept f32 unless `keep_lm_head` is false).
-    W8A8 { keep_lm_head: bool },
-    /// INT4 weights per group of `group` rows, INT8 activations per token.
-    W4A8 { group: usize, keep_lm_head: bool },
-}
+/// Weight quantization (`--quant`): `None` keeps the weights `f32`, else
+/// the `quantize` pass runs after fusion with these options.
+pub type Quant = Option<QuantizeOptions>;
 
 /// The INT4 group when `--quant-group` is not given.
 pub const DEFAULT_QUANT_GROUP: usize = 128;
 
-impl Quant {
-    /// `none`, `w8a8` or `w4a8` (with the INT4 group), the LM head kept
-    /// f32 or not.
-    pub fn parse(name: &str, group: usize, keep_lm_head: bool) -> Result<Quant, String> {
-        match name {
-            "none" => Ok(Quant::None),
-            "w8a8" => Ok(Quant::W8A8 { keep_lm_head }),
-            "w4a8" if group > 0 => Ok(Quant::W4A8 {
-                group,
-                keep_lm_head,
-            }),
-            "w4a8" => Err("--quant-group must be positive".to_string()),
-            q => Err(format!("unknown --quant `{q}` (valid: none, w8a8, w4a8)")),
-        }
-    }
-
-    /// The name `parse` takes.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Quant::None => "none",
-            Quant::W8A8 { .. } => "w8a8",
-            Quant::W4A8 { .. } => "w4a8",
-        }
-    }
-
-    /// The pass entry, if any.
-    pub fn pass(&self) -> Option<String> {
-        let keep = |k: bool| if k { "" } else { ",keep=none" };
-        match *self {
-            Quant::None => None,
-            Quant::W8A8 { keep_lm_head } => {
-                Some(format!("quantize{{weights=int8{}}}", keep(keep_lm_head)))
-            }
-            Quant::W4A8 {
-                group,
-                keep_lm_head,
-            } => Some(format!(
-                "quantize{{weights=int4,group={group}{}}}",
-                keep(keep_lm_head)
-            )),
-        }
-    }
-
-    /// [`FUSION_PIPELINE`] followed by the quantize entry.
-    pub fn fusion_pipeline(&self) -> String {
-        match self.pass() {
-            Some(q) => format!("{FUSION_PIPELINE},{q}"),
-            None => FUSION_PIPELINE.to_string(),
-        }
+/// The scheme name of a [`Quant`]: `none`, `w8a8` or `w4a8` (activations
+/// are always INT8 per token).
+pub fn quant_name(q: &Quant) -> &'static str {
+    use slmcc_passes::transforms::quantize::WeightBits;
+    match q.map(|o| o.weights) {
+        None => "none",
+        Some(WeightBits::Int8) => "w8a8",
+        Some(WeightBits::Int4) => "w4a8",
     }
 }
 
 /// The buckets planned when none are given.
 pub const DEFAULT_BUCKETS: &str = "128,256,512";
 
-/// The default pipeline for `bucket_options` (`buckets=128,256`).
-pub fn default_pipeline(bucket_options: &str) -> String {
-    quantized_pipeline(Quant::None, bucket_options)
+/// Which sequence-length buckets `bucket-specialize` makes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BucketSpec {
+    /// These sizes.
+    Sizes(Vec<usize>),
+    /// The `max` buckets that pad least for a histogram of prompt lengths.
+    Profile { file: PathBuf, max: usize },
 }
 
-/// [`default_pipeline`] with the weights quantized after fusion.
-pub fn quantized_pipeline(quant: Quant, bucket_options: &str) -> String {
-    format!(
-        "{},bucket-specialize{{{bucket_options}}},plan-memory",
-        quant.fusion_pipeline()
-    )
+impl BucketSpec {
+    /// The `bucket-specialize` entry.
+    pub fn entry(&self) -> String {
+        match self {
+            BucketSpec::Sizes(s) => {
+                let mut s = s.clone();
+                s.sort_unstable();
+                s.dedup();
+                let list: Vec<String> = s.iter().map(usize::to_string).collect();
+                format!("bucket-specialize{{buckets={}}}", list.join(","))
+            }
+            BucketSpec::Profile { file, max } => format!(
+                "bucket-specialize{{profile={},max-buckets={max}}}",
+                file.display()
+            ),
+        }
+    }
 }
 
-/// The pipeline that fuses, specialises and plans a model for `buckets`
-/// (`64,128`): what `slmcc run --backend cpu --buckets` and `slmcc report`
-/// run.
-pub fn plan_pipeline(buckets: &str) -> String {
-    default_pipeline(&format!("buckets={buckets}"))
+/// A pipeline as the driver builds it: fusion, then optionally the weights
+/// quantized, a static KV cache, bucket specialisation, memory planning and
+/// the NPU partition, in that order. [`Pipeline::text`] is the pipeline
+/// string (what `--report` and the package record), [`Pipeline::run`] runs
+/// it with the verifier after every pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pipeline {
+    quant: Quant,
+    kv_cache: Option<(KvCacheOptions, bool)>,
+    buckets: Option<BucketSpec>,
+    plan: bool,
+    partition: bool,
 }
 
-/// [`plan_pipeline`] with the weights quantized after fusion.
-pub fn quantized_plan_pipeline(quant: Quant, buckets: &str) -> String {
-    quantized_pipeline(quant, &format!("buckets={buckets}"))
+impl Pipeline {
+    /// [`FUSION_PIPELINE`] alone.
+    pub fn fusion() -> Pipeline {
+        Pipeline::default()
+    }
+
+    /// The weights quantized after fusion (nothing for `None`).
+    pub fn quantized(mut self, quant: Quant) -> Pipeline {
+        self.quant = quant;
+        self
+    }
+
+    /// A static KV cache after fusion and quantization (`kv-cache`, and
+    /// `last-logits` when `last_logits`: a step computes the LM head for
+    /// one row). With [`BucketSpec::Sizes`], bucket 1 (decode) joins the
+    /// prefill buckets, and a `max_chunk` of 0 becomes the largest bucket.
+    pub fn kv_cache(mut self, options: KvCacheOptions, last_logits: bool) -> Pipeline {
+        self.kv_cache = Some((options, last_logits));
+        self
+    }
+
+    /// `bucket-specialize` with these buckets.
+    pub fn buckets(mut self, buckets: BucketSpec) -> Pipeline {
+        self.buckets = Some(buckets);
+        self
+    }
+
+    /// `plan-memory` at the end (after the buckets).
+    pub fn planned(mut self) -> Pipeline {
+        self.plan = true;
+        self
+    }
+
+    /// `partition{target=rk3588}` last: the NPU placement is reported
+    /// (`--target rk3588`).
+    pub fn partitioned(mut self) -> Pipeline {
+        self.partition = true;
+        self
+    }
+
+    /// The pipeline string.
+    pub fn text(&self) -> String {
+        let mut out = vec![FUSION_PIPELINE.to_string()];
+        out.extend(self.quant.map(|q| q.entry()));
+        let sizes = match &self.buckets {
+            Some(BucketSpec::Sizes(s)) => Some(s.clone()),
+            _ => None,
+        };
+        if let Some((kv, last_logits)) = &self.kv_cache {
+            let mut kv = kv.clone();
+            if kv.max_chunk == 0 {
+                if let Some(max) = sizes.as_ref().and_then(|s| s.iter().copied().max()) {
+                    kv.max_chunk = max as i64;
+                }
+            }
+            out.push(kv.entry());
+            if *last_logits {
+                out.push("last-logits".to_string());
+            }
+        }
+        match &self.buckets {
+            // The decode graph of a KV cache is bucket 1.
+            Some(BucketSpec::Sizes(s)) if self.kv_cache.is_some() => {
+                let with_decode: Vec<usize> = s.iter().copied().chain([1]).collect();
+                out.push(BucketSpec::Sizes(with_decode).entry());
+            }
+            Some(b) => out.push(b.entry()),
+            None => {}
+        }
+        if self.plan {
+            out.push("plan-memory".to_string());
+        }
+        if self.partition {
+            out.push("partition{target=rk3588}".to_string());
+        }
+        out.join(",")
+    }
+
+    /// Runs the pipeline on `module`, verifying after every pass.
+    pub fn run(&self, module: &mut Module) -> Result<Vec<PassRecord>, PassError> {
+        slmcc_passes::run_pipeline(module, &self.text())
+    }
 }
 
-/// The pipeline of a model with a static KV cache (`slmcc generate`,
-/// `slmcc compile --kv-cache`): fusion, `kv_pass` (a `kv-cache{...}`
-/// entry), the prefill buckets `prefill` plus bucket 1 (the decode graph),
-/// memory planning.
-pub fn kv_cache_pipeline(kv_pass: &str, prefill: &[usize]) -> String {
-    quantized_kv_cache_pipeline(Quant::None, kv_pass, prefill)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// [`kv_cache_pipeline`] with the weights quantized after fusion (before
-/// the cache: the pass only rewires attention).
-pub fn quantized_kv_cache_pipeline(quant: Quant, kv_pass: &str, prefill: &[usize]) -> String {
-    let mut sizes = prefill.to_vec();
-    sizes.push(1);
-    sizes.sort_unstable();
-    sizes.dedup();
-    let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
-    format!(
-        "{},{kv_pass},bucket-specialize{{buckets={}}},plan-memory",
-        quant.fusion_pipeline(),
-        list.join(",")
-    )
+    #[test]
+    fn the_pipelines_the_driver_runs() {
+        assert_eq!(Pipeline::fusion().text(), FUSION_PIPELINE);
+        let p = Pipeline::fusion()
+            .quantized(Some(QuantizeOptions::int4(64)))
+            .buckets(BucketSpec::Sizes(vec![256, 128]))
+            .planned()
+            .partitioned();
+        assert_eq!(
+            p.text(),
+            format!(
+                "{FUSION_PIPELINE},quantize{{weights=int4,group=64}},\
+                 bucket-specialize{{buckets=128,256}},plan-memory,partition{{target=rk3588}}"
+            )
+        );
+        let kv = Pipeline::fusion()
+            .kv_cache(KvCacheOptions::default(), true)
+            .buckets(BucketSpec::Sizes(vec![16, 64]))
+            .planned();
+        assert_eq!(
+            kv.text(),
+            format!(
+                "{FUSION_PIPELINE},kv-cache{{max-chunk=64}},last-logits,\
+                 bucket-specialize{{buckets=1,16,64}},plan-memory"
+            )
+        );
+        assert_eq!(quant_name(&None), "none");
+        assert_eq!(quant_name(&Some(QuantizeOptions::int8())), "w8a8");
+    }
 }

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use slmcc_ir::Module;
-use slmcc_passes::{PassManager, PassRecord, RunOptions};
+use slmcc_passes::PassRecord;
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::{npy, run_graph, Capture};
 
@@ -34,14 +34,8 @@ fn model_path(model: &str) -> PathBuf {
 fn fuse(model: &str) -> (Module, PassRecord) {
     let path = model_path(model);
     let mut m = slmcc::onnx::import_model(&path).unwrap_or_else(|e| panic!("{model}: {e}"));
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    let records = PassManager::parse(PIPELINE, options)
-        .unwrap()
-        .run(&mut m, &mut std::io::sink())
-        .unwrap_or_else(|e| panic!("{model}: {e}"));
+    let records =
+        slmcc_passes::run_pipeline(&mut m, PIPELINE).unwrap_or_else(|e| panic!("{model}: {e}"));
     let fuse = records
         .into_iter()
         .find(|r| r.name == "eqsat-fuse")

@@ -21,4 +21,4 @@ pub use options::{OptionKind, OptionSpec, PassOptions};
 pub use pass::{Pass, PassError, Statistics};
 pub use pipeline::{parse_pipeline, PipelineEntry};
 pub use registry::{create_pass, PassInfo, PASSES};
-pub use runner::{PassManager, PassRecord, PrintAfter, RunOptions};
+pub use runner::{run_pipeline, PassManager, PassRecord, PrintAfter, RunOptions};

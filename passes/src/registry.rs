@@ -4,7 +4,7 @@
 //! rejected with the list of valid ones.
 
 use crate::eqsat::runner::LIMIT_OPTIONS;
-use crate::options::{OptionKind, OptionSpec, PassOptions};
+use crate::options::{OptionSpec, PassOptions};
 use crate::pass::{Pass, PassError};
 use crate::pipeline::PipelineEntry;
 use crate::transforms::{
@@ -17,7 +17,9 @@ pub struct PassInfo {
     pub name: &'static str,
     pub summary: &'static str,
     pub options: &'static [OptionSpec],
-    pub create: fn(&PassOptions) -> Box<dyn Pass>,
+    /// Builds the pass; fails when options that parsed one by one do not
+    /// go together (the message names the pass).
+    pub create: fn(&PassOptions) -> Result<Box<dyn Pass>, String>,
 }
 
 /// Every pass slmcc knows, in the order they usually run.
@@ -26,31 +28,31 @@ pub static PASSES: &[PassInfo] = &[
         name: "verify",
         summary: "check SSA form, types and weight references; change nothing",
         options: &[],
-        create: |_| Box::new(verify::Verify),
+        create: |_| Ok(Box::new(verify::Verify)),
     },
     PassInfo {
         name: "shape-infer",
         summary: "recompute every result type from the graph inputs, resolving `?` dims",
         options: &[],
-        create: |_| Box::new(shape_infer::ShapeInfer),
+        create: |_| Ok(Box::new(shape_infer::ShapeInfer)),
     },
     PassInfo {
         name: "const-fold",
         summary: "replace results known at compile time (incl. symbolic shape values) by constants",
         options: const_fold::OPTIONS,
-        create: |o| Box::new(const_fold::ConstFold::from_options(o)),
+        create: |o| Ok(Box::new(const_fold::ConstFold::from_options(o))),
     },
     PassInfo {
         name: "dce",
         summary: "remove nodes whose results are never used",
         options: &[],
-        create: |_| Box::new(dce::Dce),
+        create: |_| Ok(Box::new(dce::Dce)),
     },
     PassInfo {
         name: "cse",
         summary: "merge nodes that apply the same op to the same operands",
         options: &[],
-        create: |_| Box::new(cse::Cse),
+        create: |_| Ok(Box::new(cse::Cse)),
     },
     // Equality saturation (egg): rules to saturation under hard limits,
     // then extraction with the target's cost model. Graph outputs and every
@@ -59,49 +61,49 @@ pub static PASSES: &[PassInfo] = &[
         name: "canonicalize",
         summary: "algebraic clean-up by equality saturation (identities, chains, constants right)",
         options: LIMIT_OPTIONS,
-        create: |o| Box::new(canonicalize::Canonicalize::from_options(o)),
+        create: |o| Ok(Box::new(canonicalize::Canonicalize::from_options(o))),
     },
     PassInfo {
         name: "eqsat-fuse",
         summary: "fuse norms, GELU, gated MLPs, RoPE and attention by equality saturation",
         options: LIMIT_OPTIONS,
-        create: |o| Box::new(eqsat_fuse::EqsatFuse::from_options(o)),
+        create: |o| Ok(Box::new(eqsat_fuse::EqsatFuse::from_options(o))),
     },
     PassInfo {
         name: "quantize",
         summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest), int8 activations per token",
         options: quantize::OPTIONS,
-        create: |o| Box::new(quantize::Quantize::from_options(o)),
+        create: |o| Ok(Box::new(quantize::Quantize::from_options(o))),
     },
     PassInfo {
         name: "partition",
         summary: "report which nodes the NPU runs and which stay on the CPU, and why (changes nothing)",
         options: partition::OPTIONS,
-        create: |o| Box::new(partition::Partition::from_options(o)),
+        create: |o| Ok(Box::new(partition::Partition::from_options(o))),
     },
     PassInfo {
         name: "kv-cache",
         summary: "a step over a static KV cache: cache inputs/outputs, kv_write + kv_mask, positions from %cache_pos",
         options: kv_cache::OPTIONS,
-        create: |o| Box::new(kv_cache::KvCache::from_options(o)),
+        create: |o| Ok(Box::new(kv_cache::KvCache::from_options(o)?)),
     },
     PassInfo {
         name: "last-logits",
         summary: "a KV-cache step multiplies one row (%logits_row) by the LM head, not every position",
         options: last_logits::OPTIONS,
-        create: |o| Box::new(last_logits::LastLogits::from_options(o)),
+        create: |o| Ok(Box::new(last_logits::LastLogits::from_options(o))),
     },
     PassInfo {
         name: "bucket-specialize",
         summary: "one graph per sequence-length bucket (`@main` -> `@main_128`, ...), seq bound and folded",
         options: bucket_specialize::OPTIONS,
-        create: |o| Box::new(bucket_specialize::BucketSpecialize::from_options(o)),
+        create: |o| Ok(Box::new(bucket_specialize::BucketSpecialize::from_options(o))),
     },
     PassInfo {
         name: "plan-memory",
         summary: "static 64-byte aligned offsets for every tensor: arena (greedy by size, in place), weights, constants",
         options: plan_memory::OPTIONS,
-        create: |o| Box::new(plan_memory::PlanMemory::from_options(o)),
+        create: |o| Ok(Box::new(plan_memory::PlanMemory::from_options(o))),
     },
 ];
 
@@ -120,26 +122,27 @@ pub fn create_pass(entry: &PipelineEntry) -> Result<Box<dyn Pass>, PassError> {
         )));
     };
     let options = PassOptions::resolve(info.name, info.options, &entry.options)?;
-    Ok((info.create)(&options))
+    (info.create)(&options).map_err(PassError::Pipeline)
 }
 
-/// A help text listing every pass with its options, for `--help` style output.
+/// A help text listing every pass with its options, for `--help` style
+/// output; columns are as wide as the longest name.
 pub fn describe_passes() -> String {
+    let width = PASSES.iter().map(|p| p.name.len()).max().unwrap_or(0);
     let mut out = String::new();
     for p in PASSES {
-        out.push_str(&format!("  {:<14} {}\n", p.name, p.summary));
+        out.push_str(&format!("  {:<width$}  {}\n", p.name, p.summary));
         for o in p.options {
             out.push_str(&format!(
-                "      {}={:<10} {} (default {})\n",
+                "      {}={}  {} (default {})\n",
                 o.name,
-                match o.kind {
-                    OptionKind::Int => "<int>",
-                    OptionKind::Float => "<float>",
-                    OptionKind::Bool => "<bool>",
-                    OptionKind::Str => "<string>",
-                },
+                o.kind.describe(),
                 o.help,
-                o.default
+                if o.default.is_empty() {
+                    "none"
+                } else {
+                    o.default
+                }
             ));
         }
     }

@@ -57,6 +57,16 @@ pub struct RunOptions {
     pub bisect_limit: Option<usize>,
 }
 
+/// Parses `pipeline` and runs it on `module` with the verifier after every
+/// pass (the driver's and the tools' one way to run a pipeline).
+pub fn run_pipeline(module: &mut Module, pipeline: &str) -> Result<Vec<PassRecord>, PassError> {
+    let options = RunOptions {
+        verify_each: true,
+        ..RunOptions::default()
+    };
+    PassManager::parse(pipeline, options)?.run(module, &mut std::io::sink())
+}
+
 /// What happened to one pass of the pipeline.
 #[derive(Clone, Debug)]
 pub struct PassRecord {

@@ -66,7 +66,7 @@ pub mod vmath;
 pub use exec::CpuExecutor;
 pub use jit::{JitProgram, KernelFn};
 pub use specialize::specialize;
-pub use threads::{set_threads, threads};
+pub use threads::{set_threads, threads, MAX_THREADS};
 
 /// The version of the cpu kernel library: the kernel ABI and what each op
 /// lowers to. Packages record it in their version set; bump it when the ABI

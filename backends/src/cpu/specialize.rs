@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use slmcc_ir::ops::constant::Constant;
 use slmcc_ir::ops::{Known, Op};
 use slmcc_ir::{Dim, Graph, Module};
-use slmcc_passes::{PassManager, RunOptions};
 
 use super::CpuError;
 
@@ -71,12 +70,7 @@ pub fn specialize(
     let mut out = Module::new(module.name.clone());
     out.weights = module.weights.clone();
     out.graphs.push(graph);
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    PassManager::parse(SPECIALIZE_PIPELINE, options)
-        .and_then(|mut pm| pm.run(&mut out, &mut std::io::sink()))
+    slmcc_passes::run_pipeline(&mut out, SPECIALIZE_PIPELINE)
         .map_err(|e| CpuError::Specialize(e.to_string()))?;
     Ok(out)
 }

@@ -20,7 +20,7 @@ use serde_json::json;
 use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
 use slmcc_backends::cpu::{CpuOptions, JitProgram, KERNEL_LIBRARY};
 use slmcc_ir::{Module, OpDef, Region};
-use slmcc_passes::{parse_pipeline, PassManager, PassRecord, RunOptions};
+use slmcc_passes::{parse_pipeline, PassRecord};
 use slmcc_runtime::npu::plan_graph;
 use slmcc_runtime::package::{
     self, BucketEntry, KernelObject, KernelSymbol, Manifest, NpuProgram, TargetOptions, VersionSet,
@@ -30,18 +30,18 @@ use slmcc_runtime::package::{
 use super::load::load_module;
 // The fused ops counted per bucket in `--report`.
 use super::report::DEFAULT_BUCKETS;
-use crate::cli::CompileArgs;
+use crate::cli::{CompileArgs, CpuArg, Target};
 use crate::exit::CmdResult;
 use slmcc::fusion::FUSED_OPS;
 
-use slmcc::pipeline::{quantized_pipeline, Quant};
+use slmcc::pipeline::{quant_name, BucketSpec, Pipeline, Quant};
 
 /// `--passes` completed so that every graph ends up a planned bucket:
-/// `bucket-specialize{bucket_options}` appended unless the pipeline runs
-/// it, `plan-memory` unless it ends with it.
+/// `buckets` (a `bucket-specialize` entry) appended unless the pipeline
+/// runs it, `plan-memory` unless it ends with it.
 pub fn complete_pipeline(
     passes: &str,
-    bucket_options: &str,
+    buckets: &str,
     explicit_buckets: bool,
 ) -> anyhow::Result<String> {
     let entries = parse_pipeline(passes)?;
@@ -57,28 +57,12 @@ pub fn complete_pipeline(
             );
         }
     } else {
-        out.push(format!("bucket-specialize{{{bucket_options}}}"));
+        out.push(buckets.to_string());
     }
     if entries.last().is_none_or(|e| e.name != "plan-memory") {
         out.push("plan-memory".to_string());
     }
     Ok(out.join(","))
-}
-
-/// The pipeline of `--kv-cache`: fusion, `kv-cache` with the cache
-/// options, the prefill buckets plus bucket 1 (decode), planning.
-fn kv_cache_pipeline(args: &CompileArgs, quant: Quant) -> anyhow::Result<String> {
-    if args.bucket_profile.is_some() {
-        bail!("--kv-cache takes --buckets, not --bucket-profile");
-    }
-    let list = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
-    let sizes = slmcc_passes::transforms::bucket_specialize::parse_buckets(list)
-        .map_err(|e| anyhow!("--buckets: {e}"))?;
-    Ok(slmcc::pipeline::quantized_kv_cache_pipeline(
-        quant,
-        &args.kv.pass(sizes.iter().copied().max().unwrap_or(1))?,
-        &sizes,
-    ))
 }
 
 /// Where the kernels are for.
@@ -101,52 +85,74 @@ struct Choice {
 }
 
 fn check_target(args: &CompileArgs) -> anyhow::Result<Choice> {
-    let npu = match args.target.as_str() {
-        "cpu" => false,
-        "rk3588" => true,
-        t => bail!("unknown target `{t}` (valid: cpu, rk3588)"),
+    let quant = args.quant.get(args.target.default_quant())?;
+    let (cpu_name, cpu) = match args.cpu.unwrap_or(args.target.default_cpu()) {
+        CpuArg::Host => ("host", Cpu::Host),
+        CpuArg::Aarch64 => ("aarch64", Cpu::Aarch64),
     };
-    let quant = args.quant.get(if npu { "w8a8" } else { "none" })?;
-    let (cpu_name, cpu) = match args
-        .cpu
-        .as_deref()
-        .unwrap_or(if npu { "aarch64" } else { "host" })
-    {
-        "host" => ("host", Cpu::Host),
-        "aarch64" => ("aarch64", Cpu::Aarch64),
-        c => bail!("unknown --cpu `{c}` (valid: host, aarch64)"),
-    };
-    if args.passes.is_some() && quant != Quant::None {
+    if args.passes.is_some() && quant.is_some() {
         bail!("--quant with --passes: put the quantize{{...}} entry in the pipeline instead");
     }
     Ok(Choice {
         cpu_name,
-        npu,
+        npu: args.target == Target::Rk3588,
         quant,
         cpu,
     })
 }
 
-/// The options of `bucket-specialize` the command line asks for, and
-/// whether it asked at all.
-fn bucket_options(args: &CompileArgs) -> anyhow::Result<(String, bool)> {
+/// The buckets the command line asks for, and whether it asked at all.
+fn bucket_spec(args: &CompileArgs) -> anyhow::Result<(BucketSpec, bool)> {
     match (&args.buckets, &args.bucket_profile) {
         (Some(b), None) => {
             let sizes = slmcc_passes::transforms::bucket_specialize::parse_buckets(b)
                 .map_err(|e| anyhow!("--buckets: {e}"))?;
-            let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
-            Ok((format!("buckets={}", list.join(",")), true))
+            Ok((BucketSpec::Sizes(sizes), true))
         }
-        (None, Some(profile)) => {
-            let k = args.max_buckets.unwrap_or(3);
-            Ok((
-                format!("profile={},max-buckets={k}", profile.display()),
-                true,
-            ))
+        (None, Some(profile)) => Ok((
+            BucketSpec::Profile {
+                file: profile.clone(),
+                max: args.max_buckets.unwrap_or(3),
+            },
+            true,
+        )),
+        (None, None) => {
+            let sizes = slmcc_passes::transforms::bucket_specialize::parse_buckets(DEFAULT_BUCKETS)
+                .map_err(|e| anyhow!("{e}"))?;
+            Ok((BucketSpec::Sizes(sizes), false))
         }
-        (None, None) => Ok((format!("buckets={DEFAULT_BUCKETS}"), false)),
         (Some(_), Some(_)) => bail!("give --buckets or --bucket-profile, not both"),
     }
+}
+
+/// The pipeline the command line asks for (see `COMPILE_AFTER_HELP`).
+fn pipeline(args: &CompileArgs, choice: &Choice) -> anyhow::Result<String> {
+    let (buckets, explicit) = bucket_spec(args)?;
+    let pipeline = match (&args.passes, args.kv_cache) {
+        (None, kv) => {
+            let mut p = Pipeline::fusion().quantized(choice.quant);
+            if kv {
+                if matches!(buckets, BucketSpec::Profile { .. }) {
+                    bail!("--kv-cache takes --buckets, not --bucket-profile");
+                }
+                let (options, last_logits) = args.kv.options()?;
+                p = p.kv_cache(options, last_logits);
+            }
+            p = p.buckets(buckets).planned();
+            if choice.npu {
+                p = p.partitioned();
+            }
+            return Ok(p.text());
+        }
+        (Some(_), true) => bail!(
+            "--kv-cache builds its own pipeline; with --passes, run kv-cache{{...}} in it instead"
+        ),
+        (Some(p), false) => complete_pipeline(p, &buckets.entry(), explicit)?,
+    };
+    Ok(match choice.npu {
+        true => format!("{pipeline},partition{{target=rk3588}}"),
+        false => pipeline,
+    })
 }
 
 /// The default output: the model's file stem with `.slmpkg`, here.
@@ -186,22 +192,7 @@ fn symbol_prefix(graph: &str) -> String {
 pub fn run(args: CompileArgs) -> CmdResult {
     let choice = check_target(&args)?;
     let cpu = choice.cpu;
-    let (bucket_opts, explicit) = bucket_options(&args)?;
-    let pipeline = match (&args.passes, args.kv_cache) {
-        (None, false) => quantized_pipeline(choice.quant, &bucket_opts),
-        (None, true) => kv_cache_pipeline(&args, choice.quant)?,
-        (Some(_), true) => {
-            return Err(anyhow!(
-            "--kv-cache builds its own pipeline; with --passes, run kv-cache{{...}} in it instead"
-        )
-            .into())
-        }
-        (Some(p), false) => complete_pipeline(p, &bucket_opts, explicit)?,
-    };
-    let pipeline = match choice.npu {
-        true => format!("{pipeline},partition{{target=rk3588}}"),
-        false => pipeline,
-    };
+    let pipeline = pipeline(&args, &choice)?;
     let model = &args.model;
     let out = args.output.clone().unwrap_or_else(|| default_output(model));
     let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", model.display());
@@ -214,12 +205,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let t0 = Instant::now();
     let mut module = load_module(model)?;
     let import_ms = ms(t0);
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    let records = PassManager::parse(&pipeline, options)?
-        .run(&mut module, &mut std::io::sink())
+    let records = slmcc_passes::run_pipeline(&mut module, &pipeline)
         .with_context(|| format!("{}", model.display()))?;
 
     // Every graph must be a planned bucket of one base graph.
@@ -294,7 +280,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
                 tracing::warn!(
                     "graph @{name}: no node runs on the NPU (it takes the quantized matmuls \
                      and MLPs; here --quant {})",
-                    choice.quant.name()
+                    quant_name(&choice.quant)
                 );
             }
         }
@@ -320,7 +306,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         }),
         options: Some(TargetOptions {
             cpu: choice.cpu_name.to_string(),
-            quant: choice.quant.name().to_string(),
+            quant: quant_name(&choice.quant).to_string(),
             pipeline: pipeline.clone(),
             buckets: graphs.iter().map(|&(_, s)| s).collect(),
             fma: cpu_options.fma,
@@ -342,7 +328,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         out.display(),
         args.target,
         choice.cpu_name,
-        choice.quant.name(),
+        quant_name(&choice.quant),
         sizes.join(", "),
         file_bytes,
         manifest.encoded_len(),
@@ -484,33 +470,19 @@ mod tests {
 
     #[test]
     fn completes_pipelines() {
+        let b64 = "bucket-specialize{buckets=64}";
         assert_eq!(
-            complete_pipeline("shape-infer,dce", "buckets=64", false).unwrap(),
+            complete_pipeline("shape-infer,dce", b64, false).unwrap(),
             "shape-infer,dce,bucket-specialize{buckets=64},plan-memory"
         );
         assert_eq!(
-            complete_pipeline("", "buckets=64", false).unwrap(),
+            complete_pipeline("", b64, false).unwrap(),
             "bucket-specialize{buckets=64},plan-memory"
         );
         assert_eq!(
             complete_pipeline("dce,bucket-specialize{buckets=8},plan-memory", "x", false).unwrap(),
             "dce,bucket-specialize{buckets=8},plan-memory"
         );
-        assert!(complete_pipeline("bucket-specialize", "buckets=8", true).is_err());
-        assert_eq!(
-            slmcc::pipeline::default_pipeline("buckets=1,2"),
-            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=1,2},plan-memory"
-        );
-        assert_eq!(
-            quantized_pipeline(
-                Quant::W4A8 {
-                    group: 64,
-                    keep_lm_head: true
-                },
-                "buckets=8"
-            ),
-            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,\
-             quantize{weights=int4,group=64},bucket-specialize{buckets=8},plan-memory"
-        );
+        assert!(complete_pipeline("bucket-specialize", b64, true).is_err());
     }
 }

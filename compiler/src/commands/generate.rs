@@ -14,7 +14,6 @@ use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_passes::transforms::partition::NpuOps;
-use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
@@ -23,14 +22,13 @@ use slmcc_runtime::sample::{Sampler, Sampling};
 
 use super::load::{is_rk3588, npu_sim_kernels, Backend, Loaded};
 use super::tokenize::Tokenizer;
-use crate::cli::GenerateArgs;
+use crate::cli::{BackendArg, GenerateArgs, QuantScheme};
 use crate::exit::CmdResult;
-use slmcc::pipeline::quantized_kv_cache_pipeline;
+use slmcc::pipeline::{BucketSpec, Pipeline};
 use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
-    slmcc_backends::cpu::set_threads(args.threads.into());
-    let explicit = args.backend.as_deref().map(Backend::parse).transpose()?;
+    slmcc_backends::cpu::set_threads(args.threads.threads.into());
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -43,7 +41,7 @@ pub fn run(args: GenerateArgs) -> CmdResult {
         None => None,
     };
     let prompt = prompt_ids(&args, tokenizer.as_ref())?;
-    let mut decoder = load_decoder(&args, explicit)?;
+    let mut decoder = load_decoder(&args)?;
     if let Some(&bad) = prompt
         .iter()
         .find(|&&id| id < 0 || id >= decoder.vocab() as i64)
@@ -79,32 +77,31 @@ fn prompt_ids(args: &GenerateArgs, tokenizer: Option<&Tokenizer>) -> anyhow::Res
 
 /// Loads the model and makes its decoder on `backend` (by default `cpu`,
 /// or a package's target).
-fn load_decoder(args: &GenerateArgs, backend: Option<Backend>) -> anyhow::Result<Decoder> {
+fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
     let path = &args.model;
     let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
     let loaded = Loaded::load(path)?;
-    let backend = match backend {
-        Some(b) => b,
-        None => Backend::parse(loaded.default_backend("cpu"))?,
-    };
+    let backend = loaded.backend(args.backend, BackendArg::Cpu);
     let Loaded {
         mut module,
         package,
     } = loaded;
     if package.is_none() {
-        let quant = args.quant.get("none")?;
+        let quant = args.quant.get(QuantScheme::None)?;
         let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
-        let kv = args.kv.pass(sizes.iter().copied().max().unwrap_or(1))?;
+        let (mut kv, last_logits) = args.kv.options()?;
+        // The reference engine has no buckets, but steps as long as the
+        // largest one, as the planned engine does.
+        kv.max_chunk = sizes.iter().copied().max().unwrap_or(1) as i64;
+        let cached = Pipeline::fusion()
+            .quantized(quant)
+            .kv_cache(kv, last_logits);
         let pipeline = match backend {
-            Backend::Cpu | Backend::NpuSim(_) => quantized_kv_cache_pipeline(quant, &kv, &sizes),
-            Backend::Reference => format!("{},{kv}", quant.fusion_pipeline()),
+            Backend::Cpu | Backend::NpuSim(_) => cached.buckets(BucketSpec::Sizes(sizes)).planned(),
+            Backend::Reference => cached,
         };
-        let options = RunOptions {
-            verify_each: true,
-            ..RunOptions::default()
-        };
-        PassManager::parse(&pipeline, options)?
-            .run(&mut module, &mut std::io::sink())
+        pipeline
+            .run(&mut module)
             .with_context(|| format!("{}", path.display()))?;
     } else if backend == Backend::Reference {
         bail!(

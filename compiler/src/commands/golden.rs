@@ -25,16 +25,16 @@ use slmcc_ir::OpDef;
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::{npy, Capture};
 
-use slmcc::pipeline::Quant;
+use slmcc::pipeline::quant_name;
 
 use super::load::{entry_graph, execute, load_module, prepare_quantized, Backend};
-use crate::cli::{GoldenAction, GoldenArgs, GoldenCheckArgs};
+use crate::cli::{GoldenAction, GoldenArgs, GoldenCheckArgs, QuantScheme};
 use crate::exit::{CmdResult, Failure};
 
 pub fn run(args: GoldenArgs) -> CmdResult {
     match args.action {
         GoldenAction::Check(a) => {
-            slmcc_backends::cpu::set_threads(a.threads.into());
+            slmcc_backends::cpu::set_threads(a.threads.threads.into());
             check(a)
         }
         GoldenAction::Record(_) => Err(anyhow!(
@@ -149,22 +149,22 @@ struct Divergence {
 }
 
 fn check(args: GoldenCheckArgs) -> CmdResult {
-    let backend = Backend::parse(&args.backend)?;
-    let quant = args.quant.get("none")?;
+    let backend = Backend::from(args.backend);
+    let quant = args.quant.get(QuantScheme::None)?;
     let tolerance = match quant {
-        Quant::None => args.backend.as_str(),
-        q => q.name(),
+        None => args.backend.name(),
+        q => quant_name(&q),
     };
     let label = match quant {
-        Quant::None => args.backend.clone(),
-        q => format!("{}, {}", args.backend, q.name()),
+        None => args.backend.name().to_string(),
+        q => format!("{}, {}", args.backend.name(), quant_name(&q)),
     };
     let mut first: Option<Divergence> = None;
     let mut layers_checked = 0usize;
     for arg in &args.goldens {
         let m = read_manifest(arg, tolerance)?;
         let mut module = load_module(&m.model)?;
-        prepare_quantized(&mut module, backend, quant, &m.model)?;
+        prepare_quantized(&mut module, quant, &m.model)?;
         let graph = entry_graph(&module)?;
         let producers = graph.producers();
         for case in &m.cases {

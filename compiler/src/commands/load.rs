@@ -4,18 +4,19 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
-use slmcc::pipeline::Quant;
+use slmcc::pipeline::{Pipeline, Quant};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_backends::npu::Target;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::partition::NpuOps;
-use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::jit::run_graph_jit;
 use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord, NpuSimKernels};
 use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::{Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
+
+use crate::cli::BackendArg;
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,14 +34,13 @@ pub enum Backend {
     NpuSim(NpuOps),
 }
 
-impl Backend {
-    pub fn parse(name: &str) -> anyhow::Result<Backend> {
-        match name {
-            "reference" => Ok(Backend::Reference),
-            "cpu" => Ok(Backend::Cpu),
-            "npu-sim" => Ok(Backend::NpuSim(NpuOps::ALL)),
-            "npu-sim-exact" => Ok(Backend::NpuSim(NpuOps::EXACT)),
-            _ => bail!("unknown backend `{name}` (valid: reference, cpu, npu-sim, npu-sim-exact)"),
+impl From<BackendArg> for Backend {
+    fn from(b: BackendArg) -> Backend {
+        match b {
+            BackendArg::Reference => Backend::Reference,
+            BackendArg::Cpu => Backend::Cpu,
+            BackendArg::NpuSim => Backend::NpuSim(NpuOps::ALL),
+            BackendArg::NpuSimExact => Backend::NpuSim(NpuOps::EXACT),
         }
     }
 }
@@ -77,28 +77,18 @@ pub fn load_module(path: &Path) -> anyhow::Result<Module> {
 /// reference interpreter and in the kernels), clean up
 /// ([`slmcc::pipeline::FUSION_PIPELINE`]), verified. Values that survive keep
 /// their names, so goldens keyed by ONNX value names still find them.
-pub fn prepare(module: &mut Module, backend: Backend, path: &Path) -> anyhow::Result<()> {
-    prepare_quantized(module, backend, Quant::None, path)
+pub fn prepare(module: &mut Module, path: &Path) -> anyhow::Result<()> {
+    prepare_quantized(module, None, path)
 }
 
 /// [`prepare`], with the weights quantized after fusion.
-pub fn prepare_quantized(
-    module: &mut Module,
-    backend: Backend,
-    quant: Quant,
-    path: &Path,
-) -> anyhow::Result<()> {
-    let pipeline = match backend {
-        // Both run the fused graph; the cpu backend also specialises it to
-        // the input shapes when it runs (`execute`).
-        Backend::Reference | Backend::Cpu | Backend::NpuSim(_) => quant.fusion_pipeline(),
-    };
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    PassManager::parse(&pipeline, options)?
-        .run(module, &mut std::io::sink())
+///
+/// Every backend runs the fused graph; the cpu backend also specialises it
+/// to the input shapes when it runs ([`execute`]).
+pub fn prepare_quantized(module: &mut Module, quant: Quant, path: &Path) -> anyhow::Result<()> {
+    Pipeline::fusion()
+        .quantized(quant)
+        .run(module)
         .with_context(|| format!("{}", path.display()))?;
     Ok(())
 }
@@ -148,15 +138,16 @@ impl Loaded {
         })
     }
 
-    /// The backend unless `--backend` says otherwise: a package on its
-    /// target (`npu-sim` for rk3588: its NPU on the simulator, `cpu`
-    /// otherwise), any other model on `otherwise`.
-    pub fn default_backend(&self, otherwise: &'static str) -> &'static str {
-        match &self.package {
+    /// The backend: `given` (`--backend`), else a package on its target
+    /// (`npu-sim` for rk3588: its NPU on the simulator, `cpu` otherwise),
+    /// any other model on `otherwise`.
+    pub fn backend(&self, given: Option<BackendArg>, otherwise: BackendArg) -> Backend {
+        let arg = given.unwrap_or(match &self.package {
             None => otherwise,
-            Some(p) if is_rk3588(p) => "npu-sim",
-            Some(_) => "cpu",
-        }
+            Some(p) if is_rk3588(p) => BackendArg::NpuSim,
+            Some(_) => BackendArg::Cpu,
+        });
+        arg.into()
     }
 }
 

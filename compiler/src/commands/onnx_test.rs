@@ -22,8 +22,8 @@ const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
 
 pub fn run(args: OnnxTestArgs) -> CmdResult {
-    slmcc_backends::cpu::set_threads(args.threads.into());
-    let backend = Backend::parse(&args.backend)?;
+    slmcc_backends::cpu::set_threads(args.threads.threads.into());
+    let backend = Backend::from(args.backend);
     for d in &args.dirs {
         if !d.is_dir() {
             return Err(anyhow!("{}: not a folder", d.display()).into());
@@ -151,7 +151,7 @@ fn run_isolated(dir: &Path, backend: Backend) -> Result<(), String> {
 fn run_one(dir: &Path, backend: Backend) -> anyhow::Result<()> {
     let model_path = dir.join("model.onnx");
     let mut module = slmcc::onnx::import_model(&model_path).map_err(|e| anyhow!("import: {e}"))?;
-    prepare(&mut module, backend, &model_path)?;
+    prepare(&mut module, &model_path)?;
     let graph = entry_graph(&module)?;
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -3,7 +3,8 @@
 //!
 //! The input is a package (`.slmpkg`: its version set, options and kernels
 //! first), a module that already holds plans (`.slm` written after
-//! `plan-memory`), or a model that is planned now with [`plan_pipeline`].
+//! `plan-memory`), or a model that is planned now (fusion, buckets,
+//! planning: [`Pipeline`]).
 //! With `--fusion`, a model is fused instead and what fusion made of it is
 //! printed ([`slmcc::fusion`]).
 
@@ -12,15 +13,15 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use slmcc_ir::{MemoryPlan, Module, Region};
-use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::package::{hex, Package};
 
 use super::load::{is_rk3588, load_module};
-use crate::cli::ReportArgs;
+use crate::cli::{ReportArgs, Target};
 use crate::exit::CmdResult;
 
-use slmcc::pipeline::quantized_plan_pipeline;
 pub use slmcc::pipeline::DEFAULT_BUCKETS;
+use slmcc::pipeline::{BucketSpec, Pipeline};
+use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 
 use super::estimate::{asm_report, estimate_report};
 
@@ -53,7 +54,7 @@ pub fn run(args: ReportArgs) -> CmdResult {
             )
             .into());
         }
-        if args.quant.quant.is_some() || args.target != "cpu" {
+        if args.quant.quant.is_some() || args.target.is_some() {
             return Err(anyhow!(
                 "{}: a package's target and quantization are fixed when it is compiled",
                 path.display()
@@ -70,22 +71,19 @@ pub fn run(args: ReportArgs) -> CmdResult {
         }
         return Ok(());
     }
-    let rk3588 = match args.target.as_str() {
-        "cpu" => false,
-        "rk3588" => true,
-        t => return Err(anyhow!("unknown target `{t}` (valid: cpu, rk3588)").into()),
-    };
-    let quant = args.quant.get(if rk3588 { "w8a8" } else { "none" })?;
+    let target = args.target.unwrap_or(Target::Cpu);
+    let rk3588 = target == Target::Rk3588;
+    let quant = args.quant.get(target.default_quant())?;
     let mut module = load_module(path)?;
     let planned_now = module.plans.is_empty();
     if planned_now {
         let buckets = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
-        let options = RunOptions {
-            verify_each: true,
-            ..RunOptions::default()
-        };
-        PassManager::parse(&quantized_plan_pipeline(quant, buckets), options)?
-            .run(&mut module, &mut std::io::sink())
+        let sizes = parse_buckets(buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
+        Pipeline::fusion()
+            .quantized(quant)
+            .buckets(BucketSpec::Sizes(sizes))
+            .planned()
+            .run(&mut module)
             .with_context(|| format!("{}", path.display()))?;
     } else if args.buckets.is_some() {
         return Err(anyhow!(
@@ -360,14 +358,6 @@ mod tests {
         assert_eq!(
             xml_escape("a<b>&\"c'\u{1}"),
             "a&lt;b&gt;&amp;&quot;c&apos;?"
-        );
-    }
-
-    #[test]
-    fn pipeline_names_the_buckets() {
-        assert_eq!(
-            slmcc::pipeline::plan_pipeline("64,128"),
-            "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,bucket-specialize{buckets=64,128},plan-memory"
         );
     }
 }

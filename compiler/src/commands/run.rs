@@ -4,12 +4,11 @@ use std::cell::RefCell;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
-use slmcc::pipeline::{quantized_plan_pipeline, Quant};
+use slmcc::pipeline::{BucketSpec, Pipeline, Quant};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_backends::npu::Target;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
-use slmcc_passes::{PassManager, RunOptions};
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::exec::{ExecError, KernelSet};
 use slmcc_runtime::jit::JitKernels;
@@ -21,13 +20,12 @@ use super::load::{
     entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels, prepare_quantized,
     read_tensor, Backend, Loaded,
 };
-use crate::cli::RunArgs;
+use crate::cli::{BackendArg, QuantScheme, RunArgs};
 use crate::exit::CmdResult;
 
 pub fn run(args: RunArgs) -> CmdResult {
-    slmcc_backends::cpu::set_threads(args.threads.into());
+    slmcc_backends::cpu::set_threads(args.threads.threads.into());
     let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
-    let explicit = args.backend.as_deref().map(Backend::parse).transpose()?;
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for spec in &args.input {
         let Some((name, file)) = spec.split_once('=') else {
@@ -37,16 +35,13 @@ pub fn run(args: RunArgs) -> CmdResult {
     }
     check_unique(&inputs)?;
     let loaded = Loaded::load(&args.model)?;
-    let backend = match explicit {
-        Some(b) => b,
-        None => Backend::parse(loaded.default_backend("reference"))?,
-    };
+    let backend = loaded.backend(args.backend, BackendArg::Reference);
     let Loaded {
         mut module,
         package,
     } = loaded;
     let pkg = package.as_ref().filter(|p| is_rk3588(p));
-    let quant = args.quant.get("none")?;
+    let quant = args.quant.get(QuantScheme::None)?;
     if is_package && args.quant.quant.is_some() {
         return Err(anyhow!(
             "{}: a package is quantized when it is compiled; --quant applies to models",
@@ -57,7 +52,7 @@ pub fn run(args: RunArgs) -> CmdResult {
     let result = if args.buckets.is_some() || !module.buckets.is_empty() {
         run_bucketed(&mut module, pkg, backend, quant, &args, &inputs)?
     } else {
-        prepare_quantized(&mut module, backend, quant, &args.model)?;
+        prepare_quantized(&mut module, quant, &args.model)?;
         let graph = entry_graph(&module)?;
         execute(backend, &module, graph, &inputs, &Capture::Nothing)
             .map_err(|e| anyhow!("{}: {e}", args.model.display()))?
@@ -114,19 +109,12 @@ fn run_bucketed(
                 );
             }
             let sizes = parse_buckets(list).map_err(|e| anyhow!("--buckets: {e}"))?;
-            let list = sizes
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join(",");
+            let bucketed = Pipeline::fusion()
+                .quantized(quant)
+                .buckets(BucketSpec::Sizes(sizes));
             pipeline = Some(match backend {
-                Backend::Reference => {
-                    format!(
-                        "{},bucket-specialize{{buckets={list}}}",
-                        quant.fusion_pipeline()
-                    )
-                }
-                Backend::Cpu | Backend::NpuSim(_) => quantized_plan_pipeline(quant, &list),
+                Backend::Reference => bucketed.text(),
+                Backend::Cpu | Backend::NpuSim(_) => bucketed.planned().text(),
             });
             entry_graph(module)?.name.clone()
         }
@@ -152,12 +140,7 @@ fn run_bucketed(
         pipeline = Some("plan-memory".to_string());
     }
     if let Some(pipeline) = pipeline {
-        let options = RunOptions {
-            verify_each: true,
-            ..RunOptions::default()
-        };
-        PassManager::parse(&pipeline, options)?
-            .run(module, &mut std::io::sink())
+        slmcc_passes::run_pipeline(module, &pipeline)
             .with_context(|| format!("{}", path.display()))?;
     }
     if !module.buckets.values().any(|b| b.base == base) {

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use slmcc_ir::Module;
-use slmcc_passes::{PassManager, RunOptions};
 
 /// Runs `slmcc` from the repository root.
 pub fn slmcc(args: &[&str]) -> Output {
@@ -37,14 +36,7 @@ pub const DECODERS: [&str; 4] = ["llama", "qwen2", "phi3", "gpt2"];
 
 /// Runs a pipeline with the verifier after each pass; panics naming it.
 pub fn run_pipeline(m: &mut Module, pipeline: &str) {
-    let options = RunOptions {
-        verify_each: true,
-        ..RunOptions::default()
-    };
-    PassManager::parse(pipeline, options)
-        .unwrap()
-        .run(m, &mut std::io::sink())
-        .unwrap_or_else(|e| panic!("{pipeline}: {e}"));
+    slmcc_passes::run_pipeline(m, pipeline).unwrap_or_else(|e| panic!("{pipeline}: {e}"));
 }
 
 /// `n` token ids below `vocab`, from a fixed-seed LCG.

@@ -16,19 +16,19 @@ pub type Rewrite = egg::Rewrite<Lang, FactAnalysis>;
 pub const LIMIT_OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "node-limit",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "200000",
         help: "stop once the e-graph holds this many e-nodes",
     },
     OptionSpec {
         name: "iter-limit",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "30",
         help: "stop after this many rounds of rule application",
     },
     OptionSpec {
         name: "time-limit-ms",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "2000",
         help: "stop after this many milliseconds of rule application",
     },
@@ -45,11 +45,10 @@ pub struct Limits {
 impl Limits {
     /// Reads the [`LIMIT_OPTIONS`].
     pub fn from_options(o: &PassOptions) -> Limits {
-        let n = |name| o.int(name).max(0) as u64;
         Limits {
-            nodes: n("node-limit") as usize,
-            iterations: n("iter-limit") as usize,
-            time: Duration::from_millis(n("time-limit-ms")),
+            nodes: o.count("node-limit"),
+            iterations: o.count("iter-limit"),
+            time: Duration::from_millis(o.count("time-limit-ms") as u64),
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::transforms::{dce::Dce, shape_infer::ShapeInfer};
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "buckets",
-        kind: OptionKind::Str,
+        kind: OptionKind::IntList,
         default: "128,256,512",
         help: "the sequence-length buckets, e.g. 128,256,512",
     },
@@ -27,7 +27,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "max-buckets",
-        kind: OptionKind::Int,
+        kind: OptionKind::POSITIVE,
         default: "3",
         help: "with `profile`: how many buckets to choose",
     },
@@ -39,7 +39,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "max-elements",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "65536",
         help: "largest result (in elements) to fold into a constant once the symbol is bound",
     },
@@ -66,7 +66,8 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// op rejects its operands at some bucket. Statistics: `graphs-specialized`,
 /// `graphs-created`, `nodes-folded`, `nodes-removed`.
 pub struct BucketSpecialize {
-    buckets: String,
+    /// Ascending, without repeats.
+    buckets: Vec<usize>,
     profile: String,
     max_buckets: i64,
     symbol: String,
@@ -76,7 +77,12 @@ pub struct BucketSpecialize {
 impl BucketSpecialize {
     pub fn from_options(o: &PassOptions) -> BucketSpecialize {
         BucketSpecialize {
-            buckets: o.str("buckets").to_string(),
+            buckets: {
+                let mut b: Vec<usize> = o.ints("buckets").iter().map(|&v| v as usize).collect();
+                b.sort_unstable();
+                b.dedup();
+                b
+            },
             profile: o.str("profile").to_string(),
             max_buckets: o.int("max-buckets"),
             symbol: o.str("symbol").to_string(),
@@ -87,17 +93,11 @@ impl BucketSpecialize {
     /// The buckets this instance specializes for, ascending.
     fn buckets(&self) -> Result<Vec<usize>, String> {
         if self.profile.is_empty() {
-            return parse_buckets(&self.buckets);
+            return Ok(self.buckets.clone());
         }
         let text = std::fs::read_to_string(&self.profile)
             .map_err(|e| format!("cannot read profile {}: {e}", self.profile))?;
         let hist = parse_profile(&text).map_err(|e| format!("{}: {e}", self.profile))?;
-        if self.max_buckets < 1 {
-            return Err(format!(
-                "max-buckets must be at least 1, got {}",
-                self.max_buckets
-            ));
-        }
         let buckets = choose_buckets(&hist, self.max_buckets as usize);
         if buckets.is_empty() {
             return Err(format!(

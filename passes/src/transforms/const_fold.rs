@@ -14,7 +14,7 @@ use crate::pass::{Pass, PassError, Statistics};
 /// Options of `const-fold`.
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     name: "max-elements",
-    kind: OptionKind::Int,
+    kind: OptionKind::COUNT,
     default: "65536",
     help: "largest result (in elements) to materialise as a constant",
 }];
@@ -40,7 +40,7 @@ pub struct ConstFold {
 impl ConstFold {
     pub fn from_options(o: &PassOptions) -> ConstFold {
         ConstFold {
-            max_elements: o.int("max-elements").max(0) as usize,
+            max_elements: o.count("max-elements"),
         }
     }
 }

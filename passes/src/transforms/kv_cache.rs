@@ -15,31 +15,31 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "max-context",
-        kind: OptionKind::Int,
+        kind: OptionKind::POSITIVE,
         default: "1024",
         help: "cache slots per layer without a window: the longest context",
     },
     OptionSpec {
         name: "window",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "0",
         help: "keep only the last WINDOW tokens (plus the sinks): a ring, memory stays flat",
     },
     OptionSpec {
         name: "max-chunk",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "0",
         help: "the most tokens one step feeds (the largest bucket; 0: max-context): sizes a sliding-window layer's ring",
     },
     OptionSpec {
         name: "sinks",
-        kind: OptionKind::Int,
+        kind: OptionKind::COUNT,
         default: "0",
         help: "with a window: the first SINKS tokens stay in the cache for good",
     },
     OptionSpec {
         name: "dtype",
-        kind: OptionKind::Str,
+        kind: OptionKind::Enum(&["f32", "f16"]),
         default: "f32",
         help: "the cache's element type: f32 or f16",
     },
@@ -98,51 +98,106 @@ pub fn cache_names(l: usize, which: &str) -> (String, String) {
 /// copying. Statistics: `graphs-cached`, `layers-cached`,
 /// `positions-shifted`.
 pub struct KvCache {
-    max_context: i64,
-    max_chunk: i64,
-    layout: KvLayout,
-    dtype: String,
-    symbol: String,
+    options: KvCacheOptions,
 }
 
-impl KvCache {
-    pub fn from_options(o: &PassOptions) -> KvCache {
-        KvCache {
+/// The options of `kv-cache`, typed (what the driver's `--max-context`,
+/// `--kv-window`, `--kv-sinks`, `--kv-dtype` and buckets build;
+/// [`KvCacheOptions::entry`] renders the pipeline text).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvCacheOptions {
+    /// Cache slots per layer without a window.
+    pub max_context: i64,
+    /// The most tokens one step feeds (0: `max_context`).
+    pub max_chunk: i64,
+    /// StreamingLLM: the last `window` tokens (0: none) and the first
+    /// `sinks` kept.
+    pub window: i64,
+    pub sinks: i64,
+    /// `f32` or `f16`.
+    pub dtype: DType,
+    pub symbol: String,
+}
+
+impl Default for KvCacheOptions {
+    fn default() -> KvCacheOptions {
+        KvCacheOptions {
+            max_context: 1024,
+            max_chunk: 0,
+            window: 0,
+            sinks: 0,
+            dtype: DType::F32,
+            symbol: "seq".to_string(),
+        }
+    }
+}
+
+impl KvCacheOptions {
+    /// Reads the declared [`OPTIONS`]; fails when they do not go together
+    /// (sinks without a window).
+    pub fn from_options(o: &PassOptions) -> Result<KvCacheOptions, String> {
+        let opts = KvCacheOptions {
             max_context: o.int("max-context"),
             max_chunk: o.int("max-chunk"),
-            layout: KvLayout {
-                sinks: o.int("sinks"),
-                window: o.int("window"),
-                span: 0,
+            window: o.int("window"),
+            sinks: o.int("sinks"),
+            dtype: if o.str("dtype") == "f16" {
+                DType::F16
+            } else {
+                DType::F32
             },
-            dtype: o.str("dtype").to_string(),
             symbol: o.str("symbol").to_string(),
+        };
+        opts.check()?;
+        Ok(opts)
+    }
+
+    /// Checks what the declarations cannot: sinks need a window.
+    pub fn check(&self) -> Result<(), String> {
+        if self.sinks > 0 && self.window == 0 {
+            return Err(format!(
+                "pass `kv-cache`: sinks = {} needs a window > 0",
+                self.sinks
+            ));
+        }
+        if !matches!(self.dtype, DType::F32 | DType::F16) {
+            return Err(format!(
+                "pass `kv-cache`: dtype {} is not f32 or f16",
+                self.dtype
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pipeline entry, options at their default left out.
+    pub fn entry(&self) -> String {
+        let values = [
+            ("max-context", self.max_context.to_string()),
+            ("max-chunk", self.max_chunk.to_string()),
+            ("window", self.window.to_string()),
+            ("sinks", self.sinks.to_string()),
+            ("dtype", self.dtype.to_string()),
+            ("symbol", self.symbol.clone()),
+        ];
+        crate::options::render_entry("kv-cache", OPTIONS, &values)
+    }
+
+    /// The StreamingLLM layout of the layers without their own window.
+    fn layout(&self) -> KvLayout {
+        KvLayout {
+            sinks: self.sinks,
+            window: self.window,
+            span: 0,
         }
     }
 
-    fn capacity(&self) -> Result<i64, PassError> {
-        let l = &self.layout;
-        if l.sinks < 0 || l.window < 0 || (l.sinks > 0 && l.window == 0) {
-            return Err(failed(
-                "kv-cache",
-                format!(
-                    "sinks = {} needs window > 0 (and neither may be negative; window = {})",
-                    l.sinks, l.window
-                ),
-            ));
-        }
-        let c = if l.window > 0 {
-            l.sinks + l.window
+    /// Slots per layer without a window of the model's own.
+    fn capacity(&self) -> i64 {
+        if self.window > 0 {
+            self.sinks + self.window
         } else {
             self.max_context
-        };
-        if c < 1 {
-            return Err(failed(
-                "kv-cache",
-                format!("max-context must be >= 1, got {c}"),
-            ));
         }
-        Ok(c)
     }
 
     /// The capacity and layout of a layer whose attention has the model's
@@ -152,7 +207,7 @@ impl KvCache {
     /// writes) when that is smaller than the other layers' cache.
     fn layer(&self, window: i64, capacity: i64) -> (i64, KvLayout) {
         if window == 0 {
-            return (capacity, self.layout);
+            return (capacity, self.layout());
         }
         let chunk = if self.max_chunk > 0 {
             self.max_chunk
@@ -170,21 +225,18 @@ impl KvCache {
         } else {
             let layout = KvLayout {
                 span: window,
-                ..self.layout
+                ..self.layout()
             };
             (capacity, layout)
         }
     }
+}
 
-    fn cache_dtype(&self) -> Result<DType, PassError> {
-        match self.dtype.as_str() {
-            "f32" => Ok(DType::F32),
-            "f16" => Ok(DType::F16),
-            d => Err(failed(
-                "kv-cache",
-                format!("dtype `{d}` is not supported (valid: f32, f16)"),
-            )),
-        }
+impl KvCache {
+    pub fn from_options(o: &PassOptions) -> Result<KvCache, String> {
+        Ok(KvCache {
+            options: KvCacheOptions::from_options(o)?,
+        })
     }
 }
 
@@ -194,14 +246,14 @@ impl Pass for KvCache {
     }
 
     fn run(&mut self, module: &mut Module, stats: &mut Statistics) -> Result<bool, PassError> {
-        let capacity = self.capacity()?;
-        let dtype = self.cache_dtype()?;
+        let capacity = self.options.capacity();
+        let dtype = self.options.dtype;
         let mut changed = false;
         for g in &mut module.graphs {
             if !g.nodes.iter().any(|n| matches!(n.op, Op::Attention(_))) {
                 continue;
             }
-            let layers = rewrite_graph(g, self, capacity, dtype)?;
+            let layers = rewrite_graph(g, &self.options, capacity, dtype)?;
             stats.add("graphs-cached", 1);
             stats.add("layers-cached", layers.attentions as u64);
             stats.add("positions-shifted", layers.ranges as u64);
@@ -224,7 +276,7 @@ struct Rewritten {
 
 fn rewrite_graph(
     g: &mut Graph,
-    opts: &KvCache,
+    opts: &KvCacheOptions,
     capacity: i64,
     dtype: DType,
 ) -> Result<Rewritten, PassError> {

@@ -31,7 +31,7 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 /// Options of `partition`.
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     name: "target",
-    kind: OptionKind::Str,
+    kind: OptionKind::Enum(&["rk3588"]),
     default: "rk3588",
     help: "the NPU whose kernels decide the placement (rk3588)",
 }];

@@ -23,25 +23,28 @@ use slmcc_ir::ops::qswiglu::QSwiGlu;
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "weights",
-        kind: OptionKind::Str,
+        kind: OptionKind::Enum(&["int8", "int4"]),
         default: "int8",
         help: "int8 (per output channel) or int4 (per group of `group` rows)",
     },
     OptionSpec {
         name: "group",
-        kind: OptionKind::Int,
+        kind: OptionKind::Int {
+            min: 0,
+            max: slmcc_ir::ops::qmatmul::MAX_GROUP,
+        },
         default: "128",
         help: "int4: rows of K sharing a scale; 0 = one group (per output channel)",
     },
     OptionSpec {
         name: "glus",
-        kind: OptionKind::Str,
+        kind: OptionKind::Enum(&["fuse", "split", "keep"]),
         default: "fuse",
         help: "fused gated MLPs (swiglu/geglu): fuse (swiglu into one qswiglu; geglu split), split (into qmatmuls and the gate arithmetic) or keep (in f32)",
     },
     OptionSpec {
         name: "keep",
-        kind: OptionKind::Str,
+        kind: OptionKind::Enum(&["lm-head", "none"]),
         default: "lm-head",
         help: "linear layers kept in f32: lm-head (a matmul producing a graph output) or none",
     },
@@ -84,30 +87,130 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// made `qswiglu`), `glus-split`, `glus-kept`, `groups-narrowed`,
 /// `weight-bytes-before`, `weight-bytes-after` (all module weights).
 pub struct Quantize {
-    weights: String,
-    group: i64,
-    glus: String,
-    keep: String,
+    options: QuantizeOptions,
 }
 
-/// The checked options.
-struct Config {
-    bits: u8,
-    /// 0: per output channel (the whole of `K`).
-    group: usize,
-    glus: Glus,
-    keep_lm_head: bool,
+/// The weight format `quantize` writes (`weights=int8|int4`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightBits {
+    /// INT8, one scale per output channel.
+    Int8,
+    /// INT4, one scale per group of rows of `K` and output column.
+    Int4,
 }
 
-/// What `quantize` does with a fused gated MLP.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Glus {
+/// What `quantize` does with a fused gated MLP (`glus=fuse|split|keep`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glus {
     /// `swiglu` into `qswiglu`; `geglu` split.
     Fuse,
     /// Into `qmatmul`s and the gate arithmetic.
     Split,
     /// Left in `f32`.
     Keep,
+}
+
+/// The options of `quantize`, typed: what the `--quant` choices of the
+/// driver build and what the pipeline text `quantize{...}` holds
+/// ([`QuantizeOptions::entry`] renders it; the registry parses and checks
+/// it against [`OPTIONS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantizeOptions {
+    pub weights: WeightBits,
+    /// INT4: rows of `K` sharing a scale; 0 = per output channel. Ignored
+    /// for INT8.
+    pub group: usize,
+    pub glus: Glus,
+    /// Keep the LM head (a matmul producing a graph output) in `f32`.
+    pub keep_lm_head: bool,
+}
+
+impl QuantizeOptions {
+    /// INT8 weights per output channel, the LM head kept.
+    pub fn int8() -> QuantizeOptions {
+        QuantizeOptions {
+            weights: WeightBits::Int8,
+            group: 128,
+            glus: Glus::Fuse,
+            keep_lm_head: true,
+        }
+    }
+
+    /// INT4 weights per group of `group` rows, the LM head kept.
+    pub fn int4(group: usize) -> QuantizeOptions {
+        QuantizeOptions {
+            weights: WeightBits::Int4,
+            group,
+            ..QuantizeOptions::int8()
+        }
+    }
+
+    /// Reads the declared [`OPTIONS`] (checked when the pipeline was parsed).
+    pub fn from_options(o: &PassOptions) -> QuantizeOptions {
+        QuantizeOptions {
+            weights: match o.str("weights") {
+                "int4" => WeightBits::Int4,
+                _ => WeightBits::Int8,
+            },
+            group: o.count("group"),
+            glus: match o.str("glus") {
+                "split" => Glus::Split,
+                "keep" => Glus::Keep,
+                _ => Glus::Fuse,
+            },
+            keep_lm_head: o.str("keep") == "lm-head",
+        }
+    }
+
+    /// The pipeline entry, options at their default left out:
+    /// `quantize{weights=int4,group=64}`.
+    pub fn entry(&self) -> String {
+        let weights = match self.weights {
+            WeightBits::Int8 => "int8",
+            WeightBits::Int4 => "int4",
+        };
+        let glus = match self.glus {
+            Glus::Fuse => "fuse",
+            Glus::Split => "split",
+            Glus::Keep => "keep",
+        };
+        let mut values = vec![
+            ("weights", weights.to_string()),
+            ("glus", glus.to_string()),
+            (
+                "keep",
+                if self.keep_lm_head { "lm-head" } else { "none" }.to_string(),
+            ),
+        ];
+        if self.weights == WeightBits::Int4 {
+            values.push(("group", self.group.to_string()));
+        }
+        crate::options::render_entry("quantize", OPTIONS, &values)
+    }
+
+    fn config(&self) -> Config {
+        Config {
+            bits: match self.weights {
+                WeightBits::Int8 => 8,
+                WeightBits::Int4 => 4,
+            },
+            group: match self.weights {
+                WeightBits::Int8 => 0,
+                WeightBits::Int4 => self.group,
+            },
+            glus: self.glus,
+            keep_lm_head: self.keep_lm_head,
+        }
+    }
+}
+
+/// The options as the quantizer uses them.
+struct Config {
+    bits: u8,
+    /// 0: per output channel (the whole of `K`).
+    group: usize,
+    glus: Glus,
+    keep_lm_head: bool,
 }
 
 /// A weight already quantized: the new weights' names and the op.
@@ -120,61 +223,8 @@ struct Done {
 impl Quantize {
     pub fn from_options(o: &PassOptions) -> Quantize {
         Quantize {
-            weights: o.str("weights").to_string(),
-            group: o.int("group"),
-            glus: o.str("glus").to_string(),
-            keep: o.str("keep").to_string(),
+            options: QuantizeOptions::from_options(o),
         }
-    }
-
-    fn config(&self) -> Result<Config, PassError> {
-        let bits = match self.weights.as_str() {
-            "int8" => 8,
-            "int4" => 4,
-            w => {
-                return Err(failed(
-                    "quantize",
-                    format!("weights `{w}` is not supported (valid: int8, int4)"),
-                ))
-            }
-        };
-        if self.group < 0 || self.group > slmcc_ir::ops::qmatmul::MAX_GROUP {
-            return Err(failed(
-                "quantize",
-                format!(
-                    "group must be in 0..={}, got {}",
-                    slmcc_ir::ops::qmatmul::MAX_GROUP,
-                    self.group
-                ),
-            ));
-        }
-        let keep_lm_head = match self.keep.as_str() {
-            "lm-head" => true,
-            "none" => false,
-            k => {
-                return Err(failed(
-                    "quantize",
-                    format!("keep `{k}` is not supported (valid: lm-head, none)"),
-                ))
-            }
-        };
-        let glus = match self.glus.as_str() {
-            "fuse" => Glus::Fuse,
-            "split" => Glus::Split,
-            "keep" => Glus::Keep,
-            k => {
-                return Err(failed(
-                    "quantize",
-                    format!("glus `{k}` is not supported (valid: fuse, split, keep)"),
-                ))
-            }
-        };
-        Ok(Config {
-            bits,
-            group: if bits == 8 { 0 } else { self.group as usize },
-            glus,
-            keep_lm_head,
-        })
     }
 }
 
@@ -184,7 +234,7 @@ impl Pass for Quantize {
     }
 
     fn run(&mut self, module: &mut Module, stats: &mut Statistics) -> Result<bool, PassError> {
-        let cfg = self.config()?;
+        let cfg = self.options.config();
         stats.add("weight-bytes-before", weight_bytes(&module.weights));
         let mut done: HashMap<String, Done> = HashMap::new();
         let mut count = Counts::default();
@@ -452,15 +502,18 @@ mod tests {
         m
     }
 
+    /// The pass a pipeline entry builds (options checked as the pipeline
+    /// parser checks them).
+    fn entry(text: &str) -> Result<Box<dyn Pass>, PassError> {
+        crate::registry::create_pass(&crate::pipeline::parse_pipeline(text)?[0])
+    }
+
     fn run(weights: &str, group: i64, keep: &str) -> Result<(Module, Statistics), PassError> {
         let mut m = module();
         let mut stats = Statistics::default();
-        let mut pass = Quantize {
-            weights: weights.to_string(),
-            group,
-            glus: "split".to_string(),
-            keep: keep.to_string(),
-        };
+        let mut pass = entry(&format!(
+            "quantize{{weights={weights},group={group},glus=split,keep={keep}}}"
+        ))?;
         pass.run(&mut m, &mut stats)?;
         verify_module(&m).unwrap();
         Ok((m, stats))
@@ -532,27 +585,14 @@ mod tests {
     #[test]
     fn bad_options_and_missing_data_are_errors() {
         let e = |r: Result<(Module, Statistics), PassError>| r.err().unwrap().to_string();
-        assert!(e(run("int3", 128, "lm-head")).contains("valid: int8, int4"));
-        assert!(e(run("int8", 128, "all")).contains("valid: lm-head, none"));
-        assert!(e(run("int4", -1, "lm-head")).contains("group must be in"));
-        let mut pass = Quantize {
-            weights: "int8".to_string(),
-            group: 128,
-            glus: "merge".to_string(),
-            keep: "lm-head".to_string(),
-        };
-        let msg = pass
-            .run(&mut module(), &mut Statistics::default())
-            .unwrap_err()
-            .to_string();
-        assert!(msg.contains("valid: fuse, split, keep"), "{msg}");
+        // Bad options are refused when the pipeline is parsed.
+        assert!(e(run("int3", 128, "lm-head")).contains("one of int8, int4"));
+        assert!(e(run("int8", 128, "all")).contains("one of lm-head, none"));
+        assert!(e(run("int4", -1, "lm-head")).contains("<int in 0..=65536>"));
+        let msg = entry("quantize{glus=merge}").err().unwrap().to_string();
+        assert!(msg.contains("one of fuse, split, keep"), "{msg}");
         let mut m = parse_module(SRC).unwrap();
-        let mut pass = Quantize {
-            weights: "int8".to_string(),
-            group: 128,
-            glus: "split".to_string(),
-            keep: "lm-head".to_string(),
-        };
+        let mut pass = entry("quantize{glus=split}").unwrap();
         let msg = pass
             .run(&mut m, &mut Statistics::default())
             .unwrap_err()
@@ -617,12 +657,7 @@ mod tests {
         let x = Tensor::from_f32(vec![2, 4], data(8, 2.1));
         let before = run_main(&m, &[("x", x.clone())]);
         let mut stats = Statistics::default();
-        let mut pass = Quantize {
-            weights: "int8".to_string(),
-            group: 128,
-            glus: "split".to_string(),
-            keep: "none".to_string(),
-        };
+        let mut pass = entry("quantize{weights=int8,glus=split,keep=none}").unwrap();
         pass.run(&mut m, &mut stats).unwrap();
         verify_module(&m).unwrap();
         let text = print_module(&m);
@@ -667,12 +702,10 @@ mod tests {
         m.weights
             .insert("wgu", Tensor::from_f32(vec![8, 6], data(48, 0.9)));
         let mut stats = Statistics::default();
-        let mut pass = Quantize {
-            weights: weights.to_string(),
-            group: 4,
-            glus: glus.to_string(),
-            keep: "none".to_string(),
-        };
+        let mut pass = entry(&format!(
+            "quantize{{weights={weights},group=4,glus={glus},keep=none}}"
+        ))
+        .unwrap();
         pass.run(&mut m, &mut stats).unwrap();
         verify_module(&m).unwrap();
         (m, stats)
