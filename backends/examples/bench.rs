@@ -14,11 +14,11 @@
 //! disturbed by other load on the host). The matrix products are timed
 //! three ways: the generated GEMM (`host_gemm: false`), and the host GEMM
 //! ([`slmcc_backends::cpu::hostgemm`]) on 1 and on 2 threads
-//! (`set_threads`); the other ops run on one thread.
+//! (`CpuOptions::threads`); the other ops run on one thread.
 
 use std::time::Instant;
 
-use slmcc_backends::cpu::{set_threads, CpuOptions, JitProgram};
+use slmcc_backends::cpu::{CpuOptions, JitProgram};
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::glu::Glu;
 use slmcc_ir::ops::matmul::MatMul;
@@ -88,23 +88,18 @@ fn time(op: Op, shapes: &[Vec<usize>], options: &CpuOptions) -> f64 {
 /// GFLOP/s of `flops` per call on the generated GEMM, then on the host
 /// GEMM with 1 and 2 threads.
 fn products(op: &Op, shapes: &[Vec<usize>], flops: f64, options: &CpuOptions) -> [f64; 3] {
-    let generated = CpuOptions {
-        host_gemm: false,
-        ..*options
-    };
-    let host = CpuOptions {
-        host_gemm: true,
+    let with = |host_gemm, threads| CpuOptions {
+        host_gemm,
+        threads,
         ..*options
     };
     let mut out = [0.0; 3];
-    for (i, (opts, threads)) in [(generated, 1), (host, 1), (host, 2)]
+    for (i, opts) in [with(false, 1), with(true, 1), with(true, 2)]
         .into_iter()
         .enumerate()
     {
-        set_threads(threads);
         out[i] = flops / time(op.clone(), shapes, &opts) / 1e9;
     }
-    set_threads(1);
     out
 }
 
@@ -114,6 +109,7 @@ fn main() {
         fast_math: !std::env::args().any(|a| a == "libm"),
         fma: !std::env::args().any(|a| a == "nofma"),
         host_gemm: true,
+        threads: 1,
     };
     println!("best of 15 rounds, {options:?}");
     println!("GFLOP/s                     generated  host×1  host×2");
@@ -147,7 +143,6 @@ fn main() {
         );
         println!("swiglu {m:>3}x{k}x{n:<5}         {g:7.1} {h1:7.1} {h2:7.1}");
     }
-    set_threads(1);
     let s = time(
         Op::Softmax(Softmax { axis: -1 }),
         &[vec![8, 128, 128]],

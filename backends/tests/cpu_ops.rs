@@ -609,6 +609,7 @@ fn fast_exp_sweep() {
             fma: false,
             fast_math: true,
             host_gemm: false,
+            threads: 1,
         },
     ] {
         check_with(

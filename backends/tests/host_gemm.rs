@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{check_with, Expect, Kind::*, Lcg};
 use slmcc_backends::cpu::hostgemm::slmcc_sgemm;
-use slmcc_backends::cpu::{set_threads, CpuOptions};
+use slmcc_backends::cpu::threads::ensure_workers;
+use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::ops::gelu::GeluApprox;
 use slmcc_ir::ops::glu::Glu;
 use slmcc_ir::ops::matmul::MatMul;
@@ -45,16 +46,21 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-const HOST: CpuOptions = CpuOptions {
-    fma: true,
-    fast_math: true,
-    host_gemm: true,
-};
+/// The host GEMM on `threads` threads.
+const fn host(threads: usize) -> CpuOptions {
+    CpuOptions {
+        fma: true,
+        fast_math: true,
+        host_gemm: true,
+        threads,
+    }
+}
 
 const GENERATED: CpuOptions = CpuOptions {
     fma: true,
     fast_math: true,
     host_gemm: false,
+    threads: 1,
 };
 
 #[test]
@@ -78,9 +84,8 @@ fn matmuls_agree_with_the_reference() {
         let (x, w) = (rng.tensor(&a, 1.0), rng.tensor(&b, 1.0));
         for kind in [Input, Weight] {
             for threads in [1, 2] {
-                set_threads(threads);
                 let operands = [(x.clone(), Input), (w.clone(), kind)];
-                check_with(MatMul, &operands, Expect::Rel(1e-5), HOST);
+                check_with(MatMul, &operands, Expect::Rel(1e-5), host(threads));
             }
             check_with(
                 MatMul,
@@ -90,7 +95,6 @@ fn matmuls_agree_with_the_reference() {
             );
         }
     }
-    set_threads(1);
 }
 
 #[test]
@@ -120,14 +124,12 @@ fn gated_mlps_agree_with_the_reference() {
             let sep = [(x.clone(), Input), (g.clone(), Weight), (u.clone(), Weight)];
             let fused = [(x.clone(), Input), (gu.clone(), Weight)];
             for threads in [1, 2] {
-                set_threads(threads);
-                check_with(op, &sep, Expect::Rel(1e-5), HOST);
-                check_with(op, &fused, Expect::Rel(1e-5), HOST);
+                check_with(op, &sep, Expect::Rel(1e-5), host(threads));
+                check_with(op, &fused, Expect::Rel(1e-5), host(threads));
             }
             check_with(op, &fused, Expect::Rel(1e-5), GENERATED);
         }
     }
-    set_threads(1);
 }
 
 /// `C = A·B` or `C += A·B` in `f64`.
@@ -144,7 +146,7 @@ fn reference(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c0: Option<&[f3
 }
 
 /// `slmcc_sgemm` directly, with `accumulate`, on 1 to 3 threads, and with
-/// no allocation (workers are spawned by `set_threads`, before counting).
+/// no allocation (workers are spawned by `ensure_workers`, before counting).
 #[test]
 fn sgemm_accumulates_and_allocates_nothing() {
     let mut rng = Lcg(13);
@@ -159,8 +161,8 @@ fn sgemm_accumulates_and_allocates_nothing() {
         let b: Vec<f32> = (0..k * n).map(|_| rng.f32()).collect();
         let c0: Vec<f32> = (0..m * n).map(|_| rng.f32()).collect();
         for accumulate in [false, true] {
-            for threads in [1, 2, 3] {
-                set_threads(threads);
+            for threads in [1u32, 2, 3] {
+                ensure_workers(threads as usize);
                 let mut c = c0.clone();
                 COUNTING.with(|f| f.set(true));
                 let before = ALLOCATIONS.load(Ordering::SeqCst);
@@ -177,6 +179,7 @@ fn sgemm_accumulates_and_allocates_nothing() {
                         c.as_mut_ptr(),
                         n,
                         accumulate as u32,
+                        threads,
                     )
                 };
                 let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
@@ -194,5 +197,4 @@ fn sgemm_accumulates_and_allocates_nothing() {
             }
         }
     }
-    set_threads(1);
 }

@@ -216,7 +216,7 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     };
 
     let mut notes: Vec<String> = Vec::new();
-    let slmcc_threads = slmcc_engine::set_threads(args.threads);
+    let (slmcc_options, slmcc_threads) = slmcc_engine::cpu_options(args.threads);
     if let Some(note) = &slmcc_threads {
         notes.push(note.clone());
     }
@@ -289,8 +289,8 @@ fn run(args: &Args) -> anyhow::Result<bool> {
 
         if engines.slmcc {
             let t = Instant::now();
-            let loaded =
-                slmcc_engine::prepare(path, &lens).and_then(|p| Ok((SlmccModel::load(&p)?, p)));
+            let loaded = slmcc_engine::prepare(path, &lens)
+                .and_then(|p| Ok((SlmccModel::load(&p, &slmcc_options)?, p)));
             match loaded {
                 Ok((mut model, prepared)) => {
                     eprintln!(
@@ -328,7 +328,14 @@ fn run(args: &Args) -> anyhow::Result<bool> {
                     }
                     drop(model);
                     if args.profile {
-                        match profile_slmcc(name, &prepared, &all_ids, &lens, &policy) {
+                        match profile_slmcc(
+                            name,
+                            &prepared,
+                            &all_ids,
+                            &lens,
+                            &policy,
+                            &slmcc_options,
+                        ) {
                             Ok(text) => profiles.push_str(&text),
                             Err(e) => notes.push(format!("{name}: profile: {e:#}")),
                         }
@@ -571,9 +578,10 @@ fn profile_slmcc(
     ids: &[i64],
     lens: &[usize],
     policy: &Policy,
+    options: &slmcc_backends::cpu::CpuOptions,
 ) -> anyhow::Result<String> {
     let profile = Profile::default();
-    let mut model = SlmccModel::load_profiled(prepared, &profile)?;
+    let mut model = SlmccModel::load_profiled(prepared, &profile, options)?;
     let mut out = String::new();
     for &len in lens {
         let graph = model.bucket_graph(len)?.to_string();

@@ -25,24 +25,28 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use slmcc::pipeline::{BucketSpec, Pipeline};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{DType, Graph, Module, OpDef, Tensor};
-use slmcc::pipeline::{BucketSpec, Pipeline};
 use slmcc_runtime::bucket::Padding;
 use slmcc_runtime::exec::{ExecError, KernelSet};
 use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::timed::{Recorder, TimedKernels};
 
-/// Applies the benchmark's thread count to slmcc's cpu backend: the one
-/// place where slmcc's threads are set ([`slmcc_backends::cpu::set_threads`],
-/// the count `slmcc run --threads N` sets; kernels that parallelise, the
-/// host GEMM, use that many threads, the calling one included). Returns a
-/// note for the table header when the request is not honoured as asked.
-pub fn set_threads(threads: usize) -> Option<String> {
-    slmcc_backends::cpu::set_threads(threads);
-    let got = slmcc_backends::cpu::threads();
-    (got != threads).then(|| format!("slmcc runs on {got} threads (asked for {threads})"))
+/// slmcc's cpu options for the benchmark's thread count (what `slmcc run
+/// --threads N` compiles with: kernels that parallelise, the host GEMM,
+/// use that many threads, the calling one included). Returns a note for
+/// the table header when the request is not honoured as asked.
+pub fn cpu_options(threads: usize) -> (CpuOptions, Option<String>) {
+    let got = threads.clamp(1, slmcc_backends::cpu::MAX_THREADS);
+    let options = CpuOptions {
+        threads: got,
+        ..CpuOptions::default()
+    };
+    let note =
+        (got != threads).then(|| format!("slmcc runs on {got} threads (asked for {threads})"));
+    (options, note)
 }
 
 /// A model loaded for the benchmark: one bucket per prefill length.
@@ -88,22 +92,26 @@ fn exec_err(e: ExecError) -> anyhow::Error {
 
 impl SlmccModel {
     /// Loads every bucket of `prepared` with plain JIT kernels.
-    pub fn load(prepared: &Prepared) -> anyhow::Result<SlmccModel> {
+    pub fn load(prepared: &Prepared, options: &CpuOptions) -> anyhow::Result<SlmccModel> {
         let planned = PlannedBuckets::load_jit(
             &prepared.module,
             &prepared.base,
             Padding::default(),
             &|_| true,
-            &CpuOptions::default(),
+            options,
         )
         .map_err(exec_err)?;
         SlmccModel::new(planned)
     }
 
     /// Loads every bucket of `prepared` with each kernel timed into `profile`.
-    pub fn load_profiled(prepared: &Prepared, profile: &Profile) -> anyhow::Result<SlmccModel> {
+    pub fn load_profiled(
+        prepared: &Prepared,
+        profile: &Profile,
+        options: &CpuOptions,
+    ) -> anyhow::Result<SlmccModel> {
         let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, ExecError> {
-            let inner = JitKernels::compile(g, &CpuOptions::default()).map_err(|e| ExecError {
+            let inner = JitKernels::compile(g, options).map_err(|e| ExecError {
                 graph: g.name.clone(),
                 node: None,
                 message: format!("cpu backend: {e}"),

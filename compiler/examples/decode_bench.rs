@@ -71,7 +71,7 @@ struct Args {
     /// testdata/generated/, M_past.onnx in testdata/generated/.
     #[arg(long, value_delimiter = ',', default_value = "llama_h512,qwen2,llama")]
     models: Vec<String>,
-    /// Threads for slmcc's kernels (slmcc_backends::cpu::set_threads), for
+    /// Threads for slmcc's kernels (`CpuOptions::threads`), for
     /// onnxruntime's intra-op pool, and for the multi-threaded bandwidth test.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -140,7 +140,6 @@ fn run(args: &Args) -> anyhow::Result<()> {
     if args.max_context < 1 {
         bail!("--max-context must be at least 1");
     }
-    slmcc_backends::cpu::set_threads(args.threads);
     let date = utc_date();
     eprintln!(
         "measuring memory bandwidth ({} MiB buffer)...",
@@ -279,8 +278,8 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
     }
 
     let (module, weights) = prepare(&plain, args)?;
-    let mut decoder =
-        planned_decoder(&module, None).map_err(|e| anyhow!("{}: {e}", plain.display()))?;
+    let mut decoder = planned_decoder(&module, args.threads, None)
+        .map_err(|e| anyhow!("{}: {e}", plain.display()))?;
     let vocab = decoder.vocab();
     let kv = KvBytes::of(&module, args.prompt_len + steps / 2)?;
     let prompt = prompt_ids(args.prompt_len, vocab);
@@ -344,7 +343,14 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
 
     let profile = if args.profile {
         eprintln!("{name}: profiling the decode graph...");
-        Some(profile(&module, name, &prompt, steps, &slmcc)?)
+        Some(profile(
+            &module,
+            args.threads,
+            name,
+            &prompt,
+            steps,
+            &slmcc,
+        )?)
     } else {
         None
     };
@@ -388,9 +394,16 @@ fn prepare(path: &Path, args: &Args) -> anyhow::Result<(Module, WeightBytes)> {
 
 /// The planned cpu decoder over every bucket graph (as `slmcc generate`
 /// makes it); with `timer`, each kernel of the decode graph is timed.
-fn planned_decoder(module: &Module, timer: Option<&Rc<NodeTimes>>) -> Result<Decoder, DecodeError> {
+fn planned_decoder(
+    module: &Module,
+    threads: usize,
+    timer: Option<&Rc<NodeTimes>>,
+) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
-    let options = CpuOptions::default();
+    let options = CpuOptions {
+        threads,
+        ..CpuOptions::default()
+    };
     let decode_graph = graphs.iter().find(|(_, s)| *s == 1).map(|(g, _)| g.clone());
     let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let k = JitKernels::compile(g, &options)
@@ -832,6 +845,7 @@ impl NodeTimes {
 /// executor's own work: dispatch, ids in, logits out).
 fn profile(
     module: &Module,
+    threads: usize,
     name: &str,
     prompt: &[i64],
     steps: usize,
@@ -844,7 +858,8 @@ fn profile(
         .and_then(|(n, _)| module.graph(n))
         .ok_or_else(|| anyhow!("no decode graph (bucket 1)"))?;
     let times = Rc::new(NodeTimes::new(g.nodes.len(), steps));
-    let mut decoder = planned_decoder(module, Some(&times)).map_err(|e| anyhow!("{name}: {e}"))?;
+    let mut decoder =
+        planned_decoder(module, threads, Some(&times)).map_err(|e| anyhow!("{name}: {e}"))?;
     greedy(&mut decoder, prompt, steps.min(8), false)?;
     times.clear();
     let (step_ms, _) = greedy(&mut decoder, prompt, steps, true)?;

@@ -128,6 +128,16 @@ pub struct ThreadsArgs {
     pub threads: u16,
 }
 
+impl ThreadsArgs {
+    /// The cpu backend's default options with this thread count.
+    pub fn cpu_options(&self) -> slmcc_backends::cpu::CpuOptions {
+        slmcc_backends::cpu::CpuOptions {
+            threads: self.threads.into(),
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "slmcc",

@@ -114,6 +114,8 @@ pub struct KernelBuilder<'a> {
     /// Large matrix products call the host GEMM
     /// ([`super::CpuOptions::host_gemm`]; JIT only).
     pub host_gemm: bool,
+    /// Threads the host GEMM may use ([`super::CpuOptions::threads`]).
+    pub threads: usize,
 }
 
 impl<'a> KernelBuilder<'a> {
@@ -146,6 +148,7 @@ impl<'a> KernelBuilder<'a> {
             fast_math,
             local_constants: false,
             host_gemm: false,
+            threads: 1,
         }
     }
 

@@ -28,7 +28,8 @@
 //! rows, panels are read in place (each is read too few times to pay for
 //! the copy). Blocks after the first add into `C`.
 //!
-//! With [`super::threads`] > 1 and at least [`PARALLEL_MIN_MACS`]
+//! With more than one thread (the kernel's `CpuOptions::threads`, passed
+//! in the call) and at least [`PARALLEL_MIN_MACS`]
 //! multiply-adds, the panels (or, with fewer panels than threads, the row
 //! tiles; for a GEMV, column chunks) are split over the threads of
 //! [`super::threads::parallel_for`]; each packs into its own stack buffer
@@ -44,7 +45,7 @@ use std::mem::MaybeUninit;
 
 use gemm_common::microkernel::MicroKernelFn;
 
-use super::threads::{parallel_for, threads};
+use super::threads::parallel_for;
 
 /// The symbol kernels import.
 pub const SGEMM_SYMBOL: &str = "slmcc_sgemm";
@@ -176,7 +177,8 @@ unsafe impl Sync for Operands {}
 
 /// `C[m, n] = A[m, k] · B[k, n]` (`accumulate == 0`) or
 /// `C += A · B` (otherwise), row-major `f32` with row strides `lda`,
-/// `ldb`, `ldc` (elements). Uses [`threads`] threads for large products.
+/// `ldb`, `ldc` (elements). Uses up to `threads` threads for large
+/// products (the kernel's `CpuOptions::threads`).
 ///
 /// # Safety
 ///
@@ -193,6 +195,7 @@ pub unsafe extern "C" fn slmcc_sgemm(
     c: *mut f32,
     ldc: usize,
     accumulate: u32,
+    threads: u32,
 ) {
     let ops = Operands {
         m,
@@ -207,7 +210,7 @@ pub unsafe extern "C" fn slmcc_sgemm(
         accumulate: accumulate != 0,
     };
     let nthreads = if m * n * k >= PARALLEL_MIN_MACS {
-        threads()
+        threads.max(1) as usize
     } else {
         1
     };
@@ -243,7 +246,7 @@ unsafe fn sgemm(ops: Operands, nthreads: usize) {
             unsafe { gemv(ops, j0, w) }
         };
         if chunks > 1 {
-            parallel_for(chunks, &run);
+            parallel_for(nthreads, chunks, &run);
         } else {
             run(0);
         }
@@ -262,7 +265,7 @@ unsafe fn sgemm(ops: Operands, nthreads: usize) {
             // SAFETY: disjoint columns of C per thread.
             unsafe { blocked(ops, isa, p0, p1, 0, m) };
         };
-        parallel_for(nthreads, &run);
+        parallel_for(nthreads, nthreads, &run);
     } else {
         // Few columns: split the row tiles.
         let parts = nthreads.min(tiles);
@@ -272,7 +275,7 @@ unsafe fn sgemm(ops: Operands, nthreads: usize) {
             // SAFETY: disjoint rows of C per thread.
             unsafe { blocked(ops, isa, 0, panels, r0, r1) };
         };
-        parallel_for(parts, &run);
+        parallel_for(parts, parts, &run);
     }
 }
 
@@ -463,7 +466,7 @@ mod tests {
                         ldc: n,
                         accumulate,
                     };
-                    crate::cpu::threads::set_threads(nthreads);
+                    crate::cpu::threads::ensure_workers(nthreads);
                     unsafe { sgemm(ops, nthreads) };
                     let want = reference(m, n, k, &a, &b, accumulate.then_some(&c0[..]));
                     for (i, (&g, &w)) in c.iter().zip(&want).enumerate() {

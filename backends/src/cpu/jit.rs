@@ -38,6 +38,11 @@ impl std::fmt::Debug for JitProgram {
 impl JitProgram {
     /// Compiles every node of `graph` (static shapes) for the host.
     pub fn compile(graph: &Graph, options: &CpuOptions) -> Result<JitProgram, CpuError> {
+        if options.host_gemm {
+            // The workers the kernels' host GEMMs may use exist before any
+            // kernel runs (kernels do not allocate).
+            super::threads::ensure_workers(options.threads);
+        }
         let isa = host_isa()?;
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
         for (name, ptr) in host_symbols().into_iter().chain(hostgemm::host_symbols()) {

@@ -32,7 +32,8 @@
 //! On the host (JIT), large matrix products instead call the host GEMM
 //! [`hostgemm`] (`slmcc_sgemm`, built on the `gemm` crate's micro-kernels,
 //! linked like the math helpers; [`CpuOptions::host_gemm`]), which alone
-//! uses several threads ([`set_threads`], the pool of [`threads`]). AOT
+//! uses several threads ([`CpuOptions::threads`], fixed when a kernel is
+//! compiled; the pool of [`threads`]). AOT
 //! objects keep the generated GEMM.
 //!
 //! Numerics: with [`CpuOptions::exact`] every kernel reproduces the
@@ -66,7 +67,7 @@ pub mod vmath;
 pub use exec::CpuExecutor;
 pub use jit::{JitProgram, KernelFn};
 pub use specialize::specialize;
-pub use threads::{set_threads, threads, MAX_THREADS};
+pub use threads::MAX_THREADS;
 
 /// The version of the cpu kernel library: the kernel ABI and what each op
 /// lowers to. Packages record it in their version set; bump it when the ABI
@@ -85,11 +86,15 @@ pub struct CpuOptions {
     /// reference instead of bit-exact.
     pub fast_math: bool,
     /// Large `matmul`s and the products of `swiglu`/`geglu` call the host
-    /// GEMM ([`hostgemm`], the `gemm` crate's micro-kernels, threaded by
-    /// [`set_threads`]) instead of the generated GEMM. Only for the JIT:
-    /// an AOT object ([`aot`]) always gets the generated GEMM. FMA-like
-    /// numerics (a few ulps from the reference).
+    /// GEMM ([`hostgemm`], the `gemm` crate's micro-kernels) instead of the
+    /// generated GEMM. Only for the JIT: an AOT object ([`aot`]) always
+    /// gets the generated GEMM. FMA-like numerics (a few ulps from the
+    /// reference).
     pub host_gemm: bool,
+    /// Threads a host GEMM may split a large product over (`--threads`;
+    /// at most [`MAX_THREADS`]); the other kernels run on the calling
+    /// thread.
+    pub threads: usize,
 }
 
 impl CpuOptions {
@@ -100,6 +105,7 @@ impl CpuOptions {
             fma: false,
             fast_math: false,
             host_gemm: false,
+            threads: 1,
         }
     }
 }
@@ -110,6 +116,7 @@ impl Default for CpuOptions {
             fma: true,
             fast_math: true,
             host_gemm: true,
+            threads: 1,
         }
     }
 }

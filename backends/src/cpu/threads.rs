@@ -1,10 +1,11 @@
-//! The threads kernels may use: a process-wide count ([`set_threads`],
-//! 1 by default) and a small pool that runs [`parallel_for`] without
-//! allocating.
+//! The pool of threads kernels may use: [`parallel_for`] runs tasks on up
+//! to the number of threads its caller asks for, without allocating. How
+//! many a kernel uses is its own business, fixed when it is compiled
+//! (`CpuOptions::threads`), not a process-wide setting.
 //!
 //! Kernels never allocate, so the pool is built for that: its worker
-//! threads are spawned by [`set_threads`] (not by a kernel), and a
-//! dispatch only stores a pointer to the caller's job in a mutex-guarded
+//! threads are spawned by [`ensure_workers`] when a program is compiled
+//! (not by a kernel), and a dispatch only stores a pointer to the caller's job in a mutex-guarded
 //! slot, wakes the workers through a condition variable and hands out
 //! task indices with an atomic counter; the calling thread takes tasks too
 //! and returns once every worker that joined has finished. One job runs
@@ -17,16 +18,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 
-/// Most threads [`set_threads`] accepts.
+/// Most threads a kernel may use.
 pub const MAX_THREADS: usize = 64;
 
-static THREADS: AtomicUsize = AtomicUsize::new(1);
-
-/// Sets how many threads kernels may use (the calling thread included),
-/// clamped to `1..=`[`MAX_THREADS`]; spawns the pool's missing workers.
-/// Call it before running kernels (`slmcc run --threads N`); it may be
-/// called again at any time (extra workers then stay idle).
-pub fn set_threads(n: usize) {
+/// Spawns the pool's missing workers so that `n` threads (the calling
+/// thread included, clamped to `1..=`[`MAX_THREADS`]) can run a job;
+/// workers are never stopped (idle ones wait on a condition variable).
+/// Called when a program that may use `n` threads is compiled.
+pub fn ensure_workers(n: usize) {
     let n = n.clamp(1, MAX_THREADS);
     let mut state = lock(&POOL.state);
     while state.workers + 1 < n {
@@ -37,12 +36,6 @@ pub fn set_threads(n: usize) {
             .expect("spawning a kernel thread");
         state.workers += 1;
     }
-    THREADS.store(n, Ordering::Relaxed);
-}
-
-/// How many threads kernels may use.
-pub fn threads() -> usize {
-    THREADS.load(Ordering::Relaxed)
 }
 
 /// One dispatched job, on the dispatching thread's stack.
@@ -143,11 +136,12 @@ fn worker(id: usize) {
     }
 }
 
-/// Runs `f(i)` for every `i` in `0..tasks`, on up to [`threads`] threads
-/// (the caller's included), and returns when all have run. Allocates
-/// nothing. Tasks must not panic (the process aborts if one does).
-pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
-    let helpers = threads().min(tasks).saturating_sub(1);
+/// Runs `f(i)` for every `i` in `0..tasks`, on up to `threads` threads
+/// (the caller's included; as many as the pool has workers for), and
+/// returns when all have run. Allocates nothing. Tasks must not panic (the
+/// process aborts if one does).
+pub fn parallel_for(threads: usize, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+    let helpers = threads.min(tasks).saturating_sub(1);
     let guard = match helpers {
         0 => None,
         _ => match POOL.dispatch.try_lock() {
@@ -198,22 +192,21 @@ mod tests {
 
     #[test]
     fn every_task_runs_once_on_several_threads() {
-        set_threads(3);
+        ensure_workers(3);
         for tasks in [0usize, 1, 2, 3, 7, 100] {
             let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
-            parallel_for(tasks, &|i| {
+            parallel_for(3, tasks, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
         // Nested: the inner dispatch finds the pool busy and runs inline.
         let total = AtomicUsize::new(0);
-        parallel_for(4, &|_| {
-            parallel_for(5, &|_| {
+        parallel_for(3, 4, &|_| {
+            parallel_for(3, 5, &|_| {
                 total.fetch_add(1, Ordering::Relaxed);
             })
         });
         assert_eq!(total.load(Ordering::Relaxed), 20);
-        set_threads(1);
     }
 }

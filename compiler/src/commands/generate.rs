@@ -28,7 +28,6 @@ use slmcc::pipeline::{BucketSpec, Pipeline};
 use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
-    slmcc_backends::cpu::set_threads(args.threads.threads.into());
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -114,12 +113,13 @@ fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
             path.display()
         );
     }
+    let cpu = args.threads.cpu_options();
     match backend {
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
-        Backend::Cpu => planned_decoder(&module, None).map_err(|e| at(&e)),
+        Backend::Cpu => planned_decoder(&module, &cpu, None).map_err(|e| at(&e)),
         Backend::NpuSim(ops) => {
             let pkg = package.as_ref().filter(|p| is_rk3588(p));
-            planned_decoder(&module, Some((pkg, ops))).map_err(|e| at(&e))
+            planned_decoder(&module, &cpu, Some((pkg, ops))).map_err(|e| at(&e))
         }
     }
 }
@@ -129,10 +129,10 @@ fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
 /// programs of an rk3588 package when given).
 fn planned_decoder(
     module: &Module,
+    options: &CpuOptions,
     npu: Option<(Option<&Package>, NpuOps)>,
 ) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
-    let options = CpuOptions::default();
     let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let fail =

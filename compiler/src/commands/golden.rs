@@ -33,10 +33,7 @@ use crate::exit::{CmdResult, Failure};
 
 pub fn run(args: GoldenArgs) -> CmdResult {
     match args.action {
-        GoldenAction::Check(a) => {
-            slmcc_backends::cpu::set_threads(a.threads.threads.into());
-            check(a)
-        }
+        GoldenAction::Check(a) => check(a),
         GoldenAction::Record(_) => Err(anyhow!(
             "`slmcc golden record` is not yet supported in this version (goldens are recorded from onnxruntime by testdata/models/goldens.py)"
         )
@@ -184,8 +181,16 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 .map(|(n, f)| Ok((n.clone(), npy::read(f).map_err(|e| anyhow!(e))?)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let names: HashSet<String> = case.layers.iter().map(|l| l.value.clone()).collect();
-            let result = execute(backend, &module, graph, &inputs, &Capture::Names(names))
-                .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
+            let cpu = args.threads.cpu_options();
+            let result = execute(
+                backend,
+                &cpu,
+                &module,
+                graph,
+                &inputs,
+                &Capture::Names(names),
+            )
+            .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
             println!(
                 "  {:<28} {:>12} {:>12} {:>10}",
                 "layer", "max_abs", "max_rel", "cosine"

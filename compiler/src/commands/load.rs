@@ -93,9 +93,11 @@ pub fn prepare_quantized(module: &mut Module, quant: Quant, path: &Path) -> anyh
     Ok(())
 }
 
-/// Runs `graph` of `module` on `backend` (prepared by [`prepare`]).
+/// Runs `graph` of `module` on `backend` (prepared by [`prepare`]), the
+/// cpu kernels compiled with `cpu`.
 pub fn execute(
     backend: Backend,
+    cpu: &CpuOptions,
     module: &Module,
     graph: &Graph,
     inputs: &[(String, Tensor)],
@@ -103,12 +105,11 @@ pub fn execute(
 ) -> Result<RunResult, RunError> {
     match backend {
         Backend::Reference => run_graph(module, graph, inputs, capture),
-        Backend::Cpu => run_graph_jit(module, graph, inputs, capture, &CpuOptions::default()),
+        Backend::Cpu => run_graph_jit(module, graph, inputs, capture, cpu),
         Backend::NpuSim(ops) => {
             let target = slmcc_backends::npu::Target::rk3588();
-            let options = CpuOptions::default();
             let (result, records) =
-                run_graph_npu_sim(module, graph, inputs, capture, &target, &options, ops)?;
+                run_graph_npu_sim(module, graph, inputs, capture, &target, cpu, ops)?;
             log_npu_records(&records.borrow(), &target);
             Ok(result)
         }

@@ -10,6 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
+use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::Tensor;
 use slmcc_runtime::compare::allclose;
 use slmcc_runtime::Capture;
@@ -22,7 +23,6 @@ const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
 
 pub fn run(args: OnnxTestArgs) -> CmdResult {
-    slmcc_backends::cpu::set_threads(args.threads.threads.into());
     let backend = Backend::from(args.backend);
     for d in &args.dirs {
         if !d.is_dir() {
@@ -38,7 +38,7 @@ pub fn run(args: OnnxTestArgs) -> CmdResult {
     for (name, dir) in &tests {
         let outcome = match dir {
             None => Err("listed in the manifest but not found".to_string()),
-            Some(dir) => run_isolated(dir, backend),
+            Some(dir) => run_isolated(dir, backend, &args.threads.cpu_options()),
         };
         match &outcome {
             Ok(()) => {
@@ -130,10 +130,10 @@ fn from_manifest(
 
 /// Runs one test; a panic inside is reported as the test's failure rather
 /// than ending the whole run.
-fn run_isolated(dir: &Path, backend: Backend) -> Result<(), String> {
+fn run_isolated(dir: &Path, backend: Backend, cpu: &CpuOptions) -> Result<(), String> {
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
-    let r = catch_unwind(AssertUnwindSafe(|| run_one(dir, backend)));
+    let r = catch_unwind(AssertUnwindSafe(|| run_one(dir, backend, cpu)));
     std::panic::set_hook(hook);
     match r {
         Ok(r) => r.map_err(|e| format!("{e:#}")),
@@ -148,7 +148,7 @@ fn run_isolated(dir: &Path, backend: Backend) -> Result<(), String> {
     }
 }
 
-fn run_one(dir: &Path, backend: Backend) -> anyhow::Result<()> {
+fn run_one(dir: &Path, backend: Backend, cpu: &CpuOptions) -> anyhow::Result<()> {
     let model_path = dir.join("model.onnx");
     let mut module = slmcc::onnx::import_model(&model_path).map_err(|e| anyhow!("import: {e}"))?;
     prepare(&mut module, &model_path)?;
@@ -178,7 +178,7 @@ fn run_one(dir: &Path, backend: Backend) -> anyhow::Result<()> {
             };
             named.push((name, t));
         }
-        let result = execute(backend, &module, graph, &named, &Capture::Nothing)
+        let result = execute(backend, cpu, &module, graph, &named, &Capture::Nothing)
             .map_err(|e| anyhow!("{e}"))?;
         if result.outputs.len() != expected.len() {
             bail!(

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::{BucketSpec, Pipeline, Quant};
-use slmcc_backends::cpu::CpuOptions;
 use slmcc_backends::npu::Target;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
@@ -24,7 +23,6 @@ use crate::cli::{BackendArg, QuantScheme, RunArgs};
 use crate::exit::CmdResult;
 
 pub fn run(args: RunArgs) -> CmdResult {
-    slmcc_backends::cpu::set_threads(args.threads.threads.into());
     let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for spec in &args.input {
@@ -54,8 +52,15 @@ pub fn run(args: RunArgs) -> CmdResult {
     } else {
         prepare_quantized(&mut module, quant, &args.model)?;
         let graph = entry_graph(&module)?;
-        execute(backend, &module, graph, &inputs, &Capture::Nothing)
-            .map_err(|e| anyhow!("{}: {e}", args.model.display()))?
+        execute(
+            backend,
+            &args.threads.cpu_options(),
+            &module,
+            graph,
+            &inputs,
+            &Capture::Nothing,
+        )
+        .map_err(|e| anyhow!("{}: {e}", args.model.display()))?
     };
     match &args.output_dir {
         Some(dir) => {
@@ -175,7 +180,7 @@ fn run_bucketed(
                 );
             };
             let size = info.size as usize;
-            let options = CpuOptions::default();
+            let options = args.threads.cpu_options();
             let target = Target::rk3588();
             let records = RefCell::new(None);
             let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, ExecError> {

@@ -40,7 +40,7 @@
 //! in AOT objects nor with `CpuOptions::exact()`): a product of at least
 //! [`HOST_GEMM_MIN_MACS`] multiply-adds and [`HOST_GEMM_MIN_N`] columns
 //! is a call of `slmcc_sgemm` ([`crate::cpu::hostgemm`], the `gemm`
-//! crate's micro-kernels, threaded by `set_threads`) instead of generated
+//! crate's micro-kernels, on the kernel's `CpuOptions::threads`) instead of generated
 //! code; measured 1.3 to 6 times faster than the generated GEMM from there
 //! on (see `docs/ARCHITECTURE.md`, "Host GEMM: crate vs generated").
 //! A batched `matmul` makes one call per batch from the generated batch
@@ -101,11 +101,12 @@ fn host_product(kb: &KernelBuilder, m: usize, k: usize, n: usize) -> bool {
 /// Declares [`crate::cpu::hostgemm::slmcc_sgemm`] for this kernel.
 fn import_sgemm(kb: &mut KernelBuilder) -> Result<FuncRef, CpuError> {
     let i64s = [types::I64; 9];
-    let params: Vec<types::Type> = i64s.into_iter().chain([types::I32]).collect();
+    let params: Vec<types::Type> = i64s.into_iter().chain([types::I32; 2]).collect();
     kb.import_host(SGEMM_SYMBOL, &params, &[])
 }
 
-/// Emits `slmcc_sgemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate)`.
+/// Emits `slmcc_sgemm(m, n, k, a, lda, b, ldb, c, ldc, accumulate,
+/// threads)`, `threads` the kernel's own ([`KernelBuilder::threads`]).
 #[allow(clippy::too_many_arguments)]
 fn call_sgemm(
     kb: &mut KernelBuilder,
@@ -125,7 +126,10 @@ fn call_sgemm(
         kb.iconst(ldc as i64),
     );
     let acc = kb.b.ins().iconst(types::I32, 0);
-    let args = [dims[0], dims[1], dims[2], a, lda, b, ldb, c, ldc, acc];
+    let threads = kb.b.ins().iconst(types::I32, kb.threads as i64);
+    let args = [
+        dims[0], dims[1], dims[2], a, lda, b, ldb, c, ldc, acc, threads,
+    ];
     kb.b.ins().call(f, &args);
 }
 
