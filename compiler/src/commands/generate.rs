@@ -138,10 +138,10 @@ fn planned_decoder(
         let fail =
             |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
         Ok(if let Some((pkg, ops)) = npu {
-            Box::new(npu_sim_kernels(module, g, pkg, &target, &options, ops).map_err(|e| fail(&e))?)
+            Box::new(npu_sim_kernels(module, g, pkg, &target, options, ops).map_err(|e| fail(&e))?)
         } else {
             Box::new(
-                JitKernels::compile(g, &options).map_err(|e| fail(&format!("cpu backend: {e}")))?,
+                JitKernels::compile(g, options).map_err(|e| fail(&format!("cpu backend: {e}")))?,
             )
         })
     };
