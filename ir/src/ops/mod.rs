@@ -6,6 +6,12 @@
 //! `define_ops!` below is the one list of every op, and builds the dispatch
 //! and the mnemonic table used by the parser.
 //!
+//! The op modules are grouped by family, as tract groups its ops:
+//! [`elementwise`], [`reduction`], [`shape`] (moving and selecting
+//! elements), [`linalg`], [`fused`] (what fusion and the KV cache pass
+//! introduce) and [`quantized`]. Every op module is also re-exported here,
+//! so `ops::binary::Binary` names the op whatever its family.
+//!
 //! Inference works on [`Fact`]s: a type plus, when known at compile time, the
 //! value. Values may be symbolic ([`Known::Dims`]), which is how the shape
 //! bookkeeping exporters emit (`Shape` → `Gather` → `Concat` → `Reshape`)
@@ -19,46 +25,25 @@ use crate::dim::Dim;
 use crate::shape::TensorType;
 use crate::tensor::{ShapeMismatch, Tensor};
 
-pub mod add_layer_norm;
-pub mod add_rms_norm;
-pub mod attention;
-pub mod binary;
-pub mod broadcast;
-pub mod cast;
-pub mod concat;
-pub mod constant;
-pub mod constant_of_shape;
-pub mod cum_sum;
-pub mod expand;
-pub mod fused_util;
-pub mod gather;
-pub mod gather_elements;
-pub mod gather_nd;
-pub mod gelu;
-pub mod glu;
-pub mod identity;
-pub mod kv_cache;
-pub mod layer_norm;
-pub mod matmul;
-pub mod qmatmul;
-pub mod qswiglu;
-pub mod range;
-pub mod reduce;
-pub mod reshape;
-pub mod rms_norm;
-pub mod rope;
-pub mod shape_of;
-pub mod size;
-pub mod slice;
-pub mod softcap;
-pub mod softmax;
-pub mod split;
-pub mod squeeze;
-pub mod transpose;
-pub mod trilu;
-pub mod unary;
-pub mod unsqueeze;
-pub mod where_;
+pub mod elementwise;
+pub mod fused;
+pub mod linalg;
+pub mod quantized;
+pub mod reduction;
+pub mod shape;
+
+// Every op module also at `ops::<op>`, whatever its family.
+pub use elementwise::{binary, broadcast, cast, unary, where_};
+pub use fused::{
+    add_layer_norm, add_rms_norm, attention, fused_util, gelu, glu, kv_cache, rope, softcap,
+};
+pub use linalg::matmul;
+pub use quantized::{qmatmul, qswiglu};
+pub use reduction::{cum_sum, layer_norm, reduce, rms_norm, softmax};
+pub use shape::{
+    concat, constant, constant_of_shape, expand, gather, gather_elements, gather_nd, identity,
+    range, reshape, shape_of, size, slice, split, squeeze, transpose, trilu, unsqueeze,
+};
 
 /// Error from building, inferring or evaluating an op.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -4,7 +4,7 @@
 //! keys in order, every f16 rounding and f32 operation of the
 //! instructions `cvt.f16`, `mm.f16`, `sm.online` and `ew.rescale`
 //! (`docs/NPU_ISA.md`) in their order, the masks as the IR op
-//! `attention` defines them (`ir/src/ops/attention.rs`, steps 1–5).
+//! `attention` defines them (`ir/src/ops/fused/attention.rs`, steps 1–5).
 
 use half::f16;
 

@@ -1,0 +1,3 @@
+//! Linear algebra: `matmul`.
+
+pub mod matmul;

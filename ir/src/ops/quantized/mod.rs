@@ -1,0 +1,4 @@
+//! The quantized ops that `quantize` introduces: `qmatmul` and `qswiglu`.
+
+pub mod qmatmul;
+pub mod qswiglu;

@@ -1,0 +1,333 @@
+//! `qmatmul`: matrix product of f32 activations by a quantized weight, with
+//! dynamic per-token INT8 quantization of the activations and exact integer
+//! accumulation (`quantize` introduces it in place of `matmul %x, @w`).
+//!
+//! ```text
+//! %y = qmatmul %x, @w.q, @w.scale {bits = 8, group = 64} : f32[1, seq, 256]
+//! %y = qmatmul %x, @w.q, @w.scale {bits = 4, group = 32} : f32[1, seq, 256]
+//! ```
+//!
+//! Operands: `x: f32[..., M, K]` (rank >= 2), `q: [K, N]` the quantized
+//! weight, `i8` for `bits = 8` and `i4` for `bits = 4` (values in `-8..=7`;
+//! the weight store packs them two per byte), and `scale: f32[K/G, N]`, one
+//! scale per group of `G = group` consecutive rows along `K` and output
+//! column (`G = K`, one row of scales, is per output channel). `K` must be
+//! static and a multiple of `G`, and `1 <= G <= 65536` (so that the integer
+//! accumulation below cannot overflow). The result is `f32[..., M, N]`.
+//!
+//! Semantics, exactly (a kernel must reproduce them bit for bit). For every
+//! row `m` of `x` (one token: the last axis, length `K`), in `f32`
+//! arithmetic and in this order:
+//!
+//! 1. `lo = min(0, min_k x[m,k])`, `hi = max(0, max_k x[m,k])` (NaN elements
+//!    are skipped by min/max);
+//! 2. `s = (hi - lo) / 255`; if `s == 0` then `s = 1`;
+//! 3. `z = clamp(round_half_even(-128 - lo / s), -128, 127)`;
+//! 4. `xq[k] = clamp(round_half_even(x[m,k] / s) + z, -128, 127)`, then
+//!    converted to an integer (a NaN converts to 0, as Rust's `as i32`);
+//! 5. per group `g` (rows `g·G .. (g+1)·G` of `q`), in `i32`, exact:
+//!    `acc_g[n] = Σ_{k in g} (xq[k] - z) · q[k,n]` (`|xq - z| <= 255`,
+//!    `|q| <= 128`, so `G <= 65536` keeps every sum below `2^31`);
+//! 6. `y[m,n] = Σ_g (acc_g[n] as f32) · (s · scale[g,n])`: the product
+//!    `s · scale[g,n]` first, then the product with the accumulator, added
+//!    to a sum that starts at `+0.0`, groups in increasing order, no fused
+//!    multiply-add.
+//!
+//! The weights are quantized ahead of time by the `quantize` pass (see its
+//! documentation for the round-to-nearest rule); this op only consumes them.
+
+use crate::attr::{Attr, Attrs};
+use crate::dim::Dim;
+use crate::dtype::DType;
+use crate::ops::fused_util::infer_on_tensors;
+use crate::ops::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
+use crate::shape::{Shape, TensorType};
+use crate::tensor::Tensor;
+
+/// The largest group: `255 · 128 · 65536 < 2^31`, so `i32` sums are exact.
+pub const MAX_GROUP: i64 = 1 << 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QMatMul {
+    /// Weight bits: 8 (`i8` weights) or 4 (`i4` weights).
+    pub bits: u8,
+    /// Rows of `K` sharing one scale per output column.
+    pub group: i64,
+}
+
+impl QMatMul {
+    /// The weight dtype for the op's `bits`.
+    pub fn weight_dtype(&self) -> DType {
+        if self.bits == 4 {
+            DType::I4
+        } else {
+            DType::I8
+        }
+    }
+}
+
+/// Per-token activation quantization parameters of one row: `(s, z)`.
+pub fn activation_params(row: &[f32]) -> (f32, f32) {
+    let lo = row.iter().fold(0f32, |a, &v| a.min(v));
+    let hi = row.iter().fold(0f32, |a, &v| a.max(v));
+    let mut s = (hi - lo) / 255.0;
+    if s == 0.0 {
+        s = 1.0;
+    }
+    let z = (-128.0 - lo / s).round_ties_even().clamp(-128.0, 127.0);
+    (s, z)
+}
+
+/// The quantized activation of `x` under `(s, z)`, as an integer.
+pub fn quantize_activation(x: f32, s: f32, z: f32) -> i32 {
+    ((x / s).round_ties_even() + z).clamp(-128.0, 127.0) as i32
+}
+
+impl OpDef for QMatMul {
+    fn mnemonic(&self) -> &'static str {
+        "qmatmul"
+    }
+
+    fn attrs(&self) -> Vec<(&'static str, Attr)> {
+        vec![
+            ("bits", Attr::Int(self.bits as i64)),
+            ("group", Attr::Int(self.group)),
+        ]
+    }
+
+    fn infer(&self, inputs: &[&Fact]) -> Result<Vec<Fact>, OpError> {
+        check_arity("qmatmul", inputs.len(), 3, 3)?;
+        let x = &inputs[0].ty;
+        let n = self.check_operands("qmatmul", x, &inputs[1].ty, &inputs[2].ty)?;
+        Ok(vec![Fact::new(result_type(x, n))])
+    }
+
+    fn eval(&self, inputs: &[&Tensor], _: &EvalCtx) -> Result<Vec<Tensor>, OpError> {
+        let out_ty = infer_on_tensors(self, inputs)?.remove(0).ty;
+        let Some(out_shape) = out_ty.shape.as_fixed() else {
+            bail!("`qmatmul` result shape {} is not static", out_ty.shape);
+        };
+        let (x, q, scale) = (inputs[0], inputs[1], inputs[2]);
+        let n = q.shape()[1];
+        let (qs, ss) = (weight_values(q), scale.to_f32_vec());
+        let w = QColumns {
+            q: &qs,
+            scale: &ss,
+            stride: n,
+            col0: 0,
+            n,
+        };
+        let y = self.product(x, &[w]).remove(0);
+        Ok(vec![Tensor::from_f32(out_shape, y)])
+    }
+}
+
+/// The result type `f32[..., M, N]` of activations `x: f32[..., M, K]`.
+pub fn result_type(x: &TensorType, n: Dim) -> TensorType {
+    let mut out = x.shape.dims().to_vec();
+    *out.last_mut().expect("rank >= 2") = n;
+    TensorType::new(DType::F32, Shape(out))
+}
+
+/// A quantized weight's values (`q` as `i32`) in row-major order.
+pub fn weight_values(q: &Tensor) -> Vec<i32> {
+    q.to_i64_vec().into_iter().map(|v| v as i32).collect()
+}
+
+/// Columns `col0 .. col0 + n` of a quantized weight `q: [K, stride]` (as
+/// `i32`, row-major) and its scales `[K / G, stride]`.
+#[derive(Clone, Copy, Debug)]
+pub struct QColumns<'a> {
+    pub q: &'a [i32],
+    pub scale: &'a [f32],
+    pub stride: usize,
+    pub col0: usize,
+    pub n: usize,
+}
+
+impl QMatMul {
+    /// Checks the operands `x`, `q`, `scale` of `op` (the mnemonic errors
+    /// name) as `qmatmul` takes them; returns `N`.
+    pub fn check_operands(
+        &self,
+        op: &str,
+        x: &TensorType,
+        q: &TensorType,
+        scale: &TensorType,
+    ) -> Result<Dim, OpError> {
+        if x.dtype != DType::F32 || x.rank() < 2 {
+            bail!("`{op}` activations must be f32 of rank >= 2, got {x}");
+        }
+        let wdt = self.weight_dtype();
+        if q.dtype != wdt || q.rank() != 2 {
+            bail!(
+                "`{op}` with bits = {} needs {wdt}[K, N] weights, got {q}",
+                self.bits
+            );
+        }
+        let (k, n) = (&q.shape.dims()[0], &q.shape.dims()[1]);
+        let Some(kv) = k.as_fixed() else {
+            bail!("`{op}` weights need a static K, got {q}");
+        };
+        if x.shape.dims().last() != Some(k) {
+            bail!("`{op}` contraction dims differ: x {x} vs weights {q}");
+        }
+        if kv % self.group != 0 {
+            bail!(
+                "`{op}` K = {kv} is not a multiple of group = {}",
+                self.group
+            );
+        }
+        let groups = Dim::fixed(kv / self.group);
+        if scale.dtype != DType::F32 || scale.shape.dims() != [groups.clone(), n.clone()] {
+            bail!("`{op}` scales must be f32[{groups}, {n}] (K / group, N), got {scale}");
+        }
+        Ok(n.clone())
+    }
+
+    /// Steps 1–6 of the op for every row of `x` (`[..., K]`, checked
+    /// against the weights) by each of `ws`: one row-major `[rows, w.n]`
+    /// result per weight. A row's quantization (steps 1–4) is computed once
+    /// and used for every weight, which is what each weight's own `qmatmul`
+    /// computes from it.
+    pub fn product(&self, x: &Tensor, ws: &[QColumns]) -> Vec<Vec<f32>> {
+        let k = x.shape().last().copied().unwrap_or(0);
+        let rows: usize = x.shape()[..x.rank().saturating_sub(1)].iter().product();
+        let g = self.group as usize;
+        let xs = x.to_f32_vec();
+        let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; rows * w.n]).collect();
+        let mut acc = Vec::new();
+        let mut xq = vec![0i32; k];
+        for m in 0..rows {
+            let row = &xs[m * k..(m + 1) * k];
+            let (s, z) = activation_params(row);
+            let zi = z as i32;
+            for (d, &v) in xq.iter_mut().zip(row) {
+                *d = quantize_activation(v, s, z) - zi;
+            }
+            for (w, y) in ws.iter().zip(&mut ys) {
+                let out = &mut y[m * w.n..(m + 1) * w.n];
+                acc.resize(w.n, 0i32);
+                for gi in 0..k / g {
+                    acc.fill(0);
+                    for (kk, &a) in xq.iter().enumerate().skip(gi * g).take(g) {
+                        let at = kk * w.stride + w.col0;
+                        for (c, &q) in acc.iter_mut().zip(&w.q[at..at + w.n]) {
+                            *c += a * q;
+                        }
+                    }
+                    let srow = &w.scale[gi * w.stride + w.col0..][..w.n];
+                    for (o, (&a, &sc)) in out.iter_mut().zip(acc.iter().zip(srow)) {
+                        *o += a as f32 * (s * sc);
+                    }
+                }
+            }
+        }
+        ys
+    }
+}
+
+impl OpBuild for QMatMul {
+    const MNEMONICS: &'static [&'static str] = &["qmatmul"];
+
+    fn build(_: &str, attrs: &mut Attrs, _: &[TensorType]) -> Result<Self, OpError> {
+        let bits = attrs.int("bits")?;
+        let group = attrs.int("group")?;
+        QMatMul::new(bits, group)
+    }
+}
+
+impl QMatMul {
+    /// Checks `bits` (4 or 8) and `group` (`1..=MAX_GROUP`).
+    pub fn new(bits: i64, group: i64) -> Result<QMatMul, OpError> {
+        if bits != 4 && bits != 8 {
+            bail!("`qmatmul` bits must be 4 or 8, got {bits}");
+        }
+        if !(1..=MAX_GROUP).contains(&group) {
+            bail!("`qmatmul` group must be in 1..={MAX_GROUP}, got {group}");
+        }
+        Ok(QMatMul {
+            bits: bits as u8,
+            group,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::test_util::{assert_round_trip, d, eval, eval_checked, fact, sym};
+
+    fn i8s(shape: Vec<usize>, v: &[i64]) -> Tensor {
+        Tensor::from_i64(shape, v.to_vec()).cast(DType::I8)
+    }
+
+    #[test]
+    fn hand_computed_two_groups() {
+        // x = [0.25, -25.5, 102, 0.75]: lo = -25.5, hi = 102, s = 127.5 / 255
+        // = 0.5, z = round(-128 + 51) = -77; x / s = [0.5, -51, 204, 1.5]
+        // rounds half to even to [0, -51, 204, 2], + z = [-77, -128, 127,
+        // -75], minus z = [0, -51, 204, 2].
+        let x = Tensor::from_f32(vec![1, 4], vec![0.25, -25.5, 102.0, 0.75]);
+        let q = i8s(vec![4, 2], &[1, 2, 3, -1, 1, 0, 5, 7]);
+        let scale = Tensor::from_f32(vec![2, 2], vec![0.5, 0.25, 2.0, 1.0]);
+        let op = QMatMul::new(8, 2).unwrap();
+        assert_eq!(activation_params(&[0.25, -25.5, 102.0, 0.75]), (0.5, -77.0));
+        let y = eval_checked(&op, &[&x, &q, &scale]).remove(0);
+        // Group 0: [0·1 - 51·3, 0·2 + 51] = [-153, 51]; group 1: [204 + 2·5,
+        // 0 + 2·7] = [214, 14]. y = [-153·0.25 + 214·1, 51·0.125 + 14·0.5].
+        assert_eq!(y.shape(), &[1, 2]);
+        assert_eq!(y.as_f32().unwrap(), &[175.75, 13.375]);
+    }
+
+    #[test]
+    fn zero_rows_and_int4_weights() {
+        let x = Tensor::from_f32(vec![2, 1, 2], vec![0.0, 0.0, 1.0, 1.0]);
+        let q = Tensor::from_f64(DType::I4, vec![2, 1], &[-8.0, 7.0]).unwrap();
+        let scale = Tensor::from_f32(vec![1, 1], vec![0.5]);
+        let op = QMatMul::new(4, 2).unwrap();
+        let y = eval_checked(&op, &[&x, &q, &scale]).remove(0);
+        // Row 0 is all zeros: s = 1, z = -128, y = 0. Row 1: lo = 0, hi = 1,
+        // s = 1/255, z = -128, xq - z = [255, 255]; acc = 255·(-8 + 7).
+        let s = 1.0f32 / 255.0;
+        assert_eq!(y.shape(), &[2, 1, 1]);
+        assert_eq!(y.as_f32().unwrap(), &[0.0, -255.0 * (s * 0.5)]);
+    }
+
+    #[test]
+    fn symbolic_inference_and_round_trip() {
+        let op = QMatMul::new(4, 32).unwrap();
+        let x = fact(DType::F32, vec![d(1), sym("seq"), d(64)]);
+        let q = fact(DType::I4, vec![d(64), d(256)]);
+        let scale = fact(DType::F32, vec![d(2), d(256)]);
+        let out = op.infer(&[&x, &q, &scale]).unwrap();
+        assert_eq!(out[0].ty.to_string(), "f32[1, seq, 256]");
+        assert_round_trip(op, &[]);
+    }
+
+    #[test]
+    fn rejects_bad_operands_and_attributes() {
+        let x = fact(DType::F32, vec![d(3), d(64)]);
+        let q8 = fact(DType::I8, vec![d(64), d(8)]);
+        let s1 = fact(DType::F32, vec![d(1), d(8)]);
+        let err = |op: QMatMul, fs: &[&Fact]| op.infer(fs).unwrap_err().to_string();
+        let op8 = QMatMul::new(8, 64).unwrap();
+        assert!(err(QMatMul::new(8, 48).unwrap(), &[&x, &q8, &s1]).contains("multiple of group"));
+        assert!(err(QMatMul::new(4, 64).unwrap(), &[&x, &q8, &s1]).contains("needs i4[K, N]"));
+        let s2 = fact(DType::F32, vec![d(2), d(8)]);
+        assert!(err(op8, &[&x, &q8, &s2]).contains("scales must be f32[1, 8]"));
+        let x32 = fact(DType::F32, vec![d(3), d(32)]);
+        assert!(err(op8, &[&x32, &q8, &s1]).contains("contraction dims differ"));
+        let xv = fact(DType::F32, vec![d(64)]);
+        assert!(err(op8, &[&xv, &q8, &s1]).contains("rank >= 2"));
+        assert!(err(op8, &[&x, &q8]).contains("takes 3 operand"));
+        assert!(QMatMul::new(3, 64).is_err());
+        assert!(QMatMul::new(8, 0).is_err());
+        assert!(QMatMul::new(8, MAX_GROUP + 1).is_err());
+        // Evaluation rejects what inference rejects, without panicking.
+        let xt = Tensor::from_f32(vec![1, 3], vec![1.0; 3]);
+        let qt = i8s(vec![2, 1], &[1, 1]);
+        let st = Tensor::from_f32(vec![1, 1], vec![1.0]);
+        assert!(eval(&op8, &[&xt, &qt, &st]).is_err());
+    }
+}
