@@ -145,12 +145,22 @@ fn reference(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c0: Option<&[f3
         .collect()
 }
 
-/// `slmcc_sgemm` directly, with `accumulate`, on 1 to 3 threads, and with
-/// no allocation (workers are spawned by `ensure_workers`, before counting).
+/// `slmcc_sgemm` directly, on odd and empty shapes, with `accumulate`, on
+/// 1 to 3 threads, against an `f64` reference, and with no allocation
+/// (workers are spawned by `ensure_workers`, before counting).
 #[test]
 fn sgemm_accumulates_and_allocates_nothing() {
     let mut rng = Lcg(13);
     for (m, n, k) in [
+        (1, 1, 1),
+        (1, 70, 33),
+        (2, 17, 5),
+        (7, 13, 300),
+        (13, 129, 257),
+        (37, 200, 600),
+        (300, 21, 9),
+        (5, 0, 3),
+        (4, 6, 0),
         (1, 1000, 300),
         (3, 77, 1100),
         (50, 129, 515),

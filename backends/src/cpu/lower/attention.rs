@@ -38,6 +38,7 @@ use cranelift_frontend::Variable;
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::DType;
 
+use super::row::{each, exp_sum, row_max};
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, KernelBuilder, Ptr, Width};
 use crate::cpu::math::MathFn;
@@ -52,103 +53,6 @@ const PV_BLOCK: usize = 4;
 
 fn ptr(addr: Value) -> Ptr {
     Ptr { addr, splat: false }
-}
-
-/// Runs `body(j, w)` for `j` in `0..len` (a run-time length): `f32x4`
-/// steps then a scalar tail when `vector`, else scalar steps in order.
-fn each(
-    kb: &mut KernelBuilder,
-    len: Value,
-    vector: bool,
-    mut body: impl FnMut(&mut KernelBuilder, Value, Width) -> Result<(), CpuError>,
-) -> Result<(), CpuError> {
-    let zero = kb.iconst(0);
-    if !vector {
-        return kb.for_range(zero, len, 1, |kb, j| body(kb, j, Width::Scalar));
-    }
-    let nv = kb.b.ins().band_imm_s(len, !3);
-    kb.for_range(zero, nv, 4, |kb, j| body(kb, j, Width::Vector(4)))?;
-    kb.for_range(nv, len, 1, |kb, j| body(kb, j, Width::Scalar))
-}
-
-/// A scalar and an `f32x4` accumulator, for [`each`] loops.
-struct Acc {
-    s: Variable,
-    v: Variable,
-}
-
-impl Acc {
-    fn new(kb: &mut KernelBuilder, init: f32) -> Acc {
-        let s = kb.b.declare_var(types::F32);
-        let v = kb.b.declare_var(types::F32X4);
-        let a = kb.f32c(init, Width::Scalar);
-        kb.b.def_var(s, a);
-        let a = kb.f32c(init, Width::Vector(4));
-        kb.b.def_var(v, a);
-        Acc { s, v }
-    }
-
-    fn var(&self, w: Width) -> Variable {
-        match w {
-            Width::Scalar => self.s,
-            Width::Vector(_) => self.v,
-        }
-    }
-}
-
-/// The maximum of `len` scores at `buf` (NaN skipped, `-inf` when empty).
-fn dyn_max(kb: &mut KernelBuilder, buf: Value, len: Value) -> Result<Value, CpuError> {
-    let fast = kb.fast_math;
-    let acc = Acc::new(kb, f32::NEG_INFINITY);
-    each(kb, len, fast, |kb, j, w| {
-        let p = kb.index(buf, j, 4);
-        let x = kb.load(types::F32, ptr(p), w);
-        let var = acc.var(w);
-        let m = kb.b.use_var(var);
-        let m = vmath::max_skip_nan(kb, x, m, w);
-        kb.b.def_var(var, m);
-        Ok(())
-    })?;
-    let s = kb.b.use_var(acc.s);
-    if !fast {
-        return Ok(s);
-    }
-    let v = kb.b.use_var(acc.v);
-    let h = vmath::hmax(kb, v);
-    Ok(vmath::max_skip_nan(kb, s, h, Width::Scalar))
-}
-
-/// Replaces the `len` scores at `buf` by `exp(s - max)`; returns their sum
-/// from `+0.0` (sequential, or vector partial sums under `fast_math`).
-fn dyn_exp_sum(
-    kb: &mut KernelBuilder,
-    buf: Value,
-    len: Value,
-    max: Value,
-) -> Result<Value, CpuError> {
-    let fast = kb.fast_math;
-    let acc = Acc::new(kb, 0.0);
-    each(kb, len, fast, |kb, j, w| {
-        let p = kb.index(buf, j, 4);
-        let p = ptr(p);
-        let x = kb.load(types::F32, p, w);
-        let m = kb.splat(max, w);
-        let d = kb.b.ins().fsub(x, m);
-        let e = kb.exp(d, w)?;
-        kb.store(e, p);
-        let var = acc.var(w);
-        let s = kb.b.use_var(var);
-        let s = kb.b.ins().fadd(s, e);
-        kb.b.def_var(var, s);
-        Ok(())
-    })?;
-    let s = kb.b.use_var(acc.s);
-    if !fast {
-        return Ok(s);
-    }
-    let v = kb.b.use_var(acc.v);
-    let h = vmath::hsum(kb, v);
-    Ok(kb.b.ins().fadd(h, s))
 }
 
 /// The static description of one attention node.
@@ -524,11 +428,11 @@ fn attend_row(
             kb.b.ins().smax(len, zero)
         };
         scores(kb, plan, row, buf, lo, len)?;
-        let max = dyn_max(kb, buf, len)?;
+        let max = row_max(kb, buf, len)?;
         let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
         let any = kb.b.ins().fcmp(FloatCC::NotEqual, max, ninf);
         return kb.if_then(any, |kb| {
-            let sum = dyn_exp_sum(kb, buf, len, max)?;
+            let sum = exp_sum(kb, buf, buf, len, max)?;
             // p_j = e_j / sum, in place.
             each(kb, len, true, |kb, j, w| {
                 let p = kb.index(buf, j, 4);
@@ -554,7 +458,7 @@ fn attend_row(
         let tc = kb.iconst(tile as i64);
         let len = kb.b.ins().smin(rest, tc);
         scores(kb, plan, row, buf, j0, len)?;
-        let mt = dyn_max(kb, buf, len)?;
+        let mt = row_max(kb, buf, len)?;
         let m_old = kb.b.use_var(m_var);
         let m_new = vmath::max_skip_nan(kb, mt, m_old, Width::Scalar);
         let ninf = kb.b.ins().f32const(f32::NEG_INFINITY);
@@ -562,7 +466,7 @@ fn attend_row(
         kb.if_then(any, |kb| {
             let diff = kb.b.ins().fsub(m_old, m_new);
             let alpha = kb.exp(diff, Width::Scalar)?;
-            let ls = dyn_exp_sum(kb, buf, len, m_new)?;
+            let ls = exp_sum(kb, buf, buf, len, m_new)?;
             let l_old = kb.b.use_var(l_var);
             let l = kb.b.ins().fmul(l_old, alpha);
             let l = kb.b.ins().fadd(l, ls);

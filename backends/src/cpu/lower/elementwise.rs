@@ -31,6 +31,29 @@ use crate::cpu::CpuError;
 pub(super) type ElemFn<'f> =
     dyn FnMut(&mut KernelBuilder, &[Value], Width) -> Result<Value, CpuError> + 'f;
 
+/// The accesses of a broadcasting op over its result's shape: every
+/// operand broadcast to the result (stride 0 on stretched axes), then the
+/// result, row-major.
+fn broadcast_accesses(kb: &mut KernelBuilder, sig: &NodeSig) -> Vec<Access> {
+    let out = &sig.outputs[0];
+    let mut accesses: Vec<Access> = sig
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| Access {
+            base: kb.buf(k),
+            strides: broadcast_strides(&o.shape, &out.shape),
+            elem_bytes: o.elem_bytes(),
+        })
+        .collect();
+    accesses.push(Access {
+        base: kb.buf(sig.inputs.len()),
+        strides: row_major(&out.shape),
+        elem_bytes: out.elem_bytes(),
+    });
+    accesses
+}
+
 /// Emits the loop nest of an element-wise op with `sig.inputs.len()`
 /// operands and one result. Operands are loaded and the result stored as
 /// [`dtype`](super::dtype) holds them; `vector` when `f` accepts vectors
@@ -43,21 +66,7 @@ pub(super) fn elementwise(
 ) -> Result<(), CpuError> {
     let out = &sig.outputs[0];
     let n_in = sig.inputs.len();
-    let mut accesses: Vec<Access> = sig
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(k, o)| Access {
-            base: kb.buf(k),
-            strides: broadcast_strides(&o.shape, &out.shape),
-            elem_bytes: o.elem_bytes(),
-        })
-        .collect();
-    accesses.push(Access {
-        base: kb.buf(n_in),
-        strides: row_major(&out.shape),
-        elem_bytes: out.elem_bytes(),
-    });
+    let accesses = broadcast_accesses(kb, sig);
     let in_dts: Vec<DType> = sig.inputs.iter().map(|o| o.dtype).collect();
     for &d in in_dts.iter().chain([&out.dtype]) {
         dtype::compute_type(d)?;
@@ -267,21 +276,7 @@ pub fn where_(kb: &mut KernelBuilder, sig: &NodeSig) -> Result<(), CpuError> {
     }
     let ty = movement::move_type(sig.inputs[1].elem_bytes())?;
     let out = &sig.outputs[0];
-    let mut accesses: Vec<Access> = sig
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(k, o)| Access {
-            base: kb.buf(k),
-            strides: broadcast_strides(&o.shape, &out.shape),
-            elem_bytes: o.elem_bytes(),
-        })
-        .collect();
-    accesses.push(Access {
-        base: kb.buf(3),
-        strides: row_major(&out.shape),
-        elem_bytes: out.elem_bytes(),
-    });
+    let accesses = broadcast_accesses(kb, sig);
     kb.nest(&out.shape, &accesses, None, |kb, p, w| {
         let c = kb.load(types::I8, p[0], w);
         let (x, y) = (kb.load(ty, p[1], w), kb.load(ty, p[2], w));

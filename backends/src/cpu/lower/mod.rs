@@ -23,6 +23,7 @@ mod qmatmul;
 mod qswiglu;
 mod reduce;
 mod rope;
+mod row;
 
 use slmcc_ir::{DType, Op, OpDef, Tensor};
 

@@ -22,10 +22,10 @@ use slmcc_ir::ops::reduce::{Reduce, ReduceKind};
 use slmcc_ir::ops::rms_norm::RmsNorm;
 use slmcc_ir::DType;
 
+use super::row::{exp_sum, row_div, row_max};
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, row_major, Access, KernelBuilder, Ptr, Width};
 use crate::cpu::math::MathFn;
-use crate::cpu::vmath;
 use crate::cpu::CpuError;
 
 fn f32_only(op: &str, sig: &NodeSig) -> Result<(), CpuError> {
@@ -146,9 +146,10 @@ pub fn softmax(kb: &mut KernelBuilder, axis: i64, sig: &NodeSig) -> Result<(), C
     if kb.fast_math && step == 1 {
         return kb.nest(&outer, &accesses, None, |kb, p, _| {
             let (x, y) = (p[0].addr, p[1].addr);
-            let max = row_max(kb, x, n)?;
-            let total = exp_sum(kb, x, y, n, max)?;
-            row_div(kb, y, n, total)
+            let len = kb.iconst(n as i64);
+            let max = row_max(kb, x, len)?;
+            let total = exp_sum(kb, x, y, len, max)?;
+            row_div(kb, y, len, total)
         });
     }
     kb.nest(&outer, &accesses, None, |kb, p, _| {
@@ -196,106 +197,11 @@ pub fn softmax(kb: &mut KernelBuilder, axis: i64, sig: &NodeSig) -> Result<(), C
     })
 }
 
-/// The largest of the `n` contiguous `f32` at `x` (NaN skipped, `-inf`
-/// for an empty row): sequential in the reference's order, or in `f32x4`
-/// lanes under `fast_math` (max is exact either way).
-pub(super) fn row_max(kb: &mut KernelBuilder, x: Value, n: usize) -> Result<Value, CpuError> {
-    if !kb.fast_math {
-        return fold(kb, &[n], x, vec![1], f32::NEG_INFINITY, |kb, m, v| {
-            Ok(vmath::max_skip_nan(kb, v, m, Width::Scalar))
-        });
-    }
-    let v4 = Width::Vector(4);
-    let vm = kb.b.declare_var(v4.ty(types::F32));
-    let sm = kb.b.declare_var(types::F32);
-    let init = kb.f32c(f32::NEG_INFINITY, v4);
-    kb.b.def_var(vm, init);
-    let init = kb.f32c(f32::NEG_INFINITY, Width::Scalar);
-    kb.b.def_var(sm, init);
-    kb.nest(&[n], &[acc(x, vec![1])], Some(4), |kb, p, w| {
-        let v = kb.load(types::F32, p[0], w);
-        let var = if w == Width::Scalar { sm } else { vm };
-        let m = kb.b.use_var(var);
-        let m = vmath::max_skip_nan(kb, v, m, w);
-        kb.b.def_var(var, m);
-        Ok(())
-    })?;
-    let v = kb.b.use_var(vm);
-    let h = vmath::hmax(kb, v);
-    let s = kb.b.use_var(sm);
-    Ok(vmath::max_skip_nan(kb, s, h, Width::Scalar))
-}
-
-/// Writes `e_j = exp(x_j - max)` for the `n` contiguous `f32` at `x` to `y`
-/// (which may be `x`) and returns `Σ e_j` from `+0.0`: sequentially, or in
-/// `f32x4` partial sums with the vector `exp` under `fast_math`.
-pub(super) fn exp_sum(
-    kb: &mut KernelBuilder,
-    x: Value,
-    y: Value,
-    n: usize,
-    max: Value,
-) -> Result<Value, CpuError> {
-    let fast = kb.fast_math;
-    let v4 = Width::Vector(4);
-    let vs = kb.b.declare_var(v4.ty(types::F32));
-    let ss = kb.b.declare_var(types::F32);
-    let zero = kb.f32c(0.0, v4);
-    kb.b.def_var(vs, zero);
-    let zero = kb.f32c(0.0, Width::Scalar);
-    kb.b.def_var(ss, zero);
-    let accesses = [acc(x, vec![1]), acc(y, vec![1])];
-    kb.nest(&[n], &accesses, fast.then_some(4), |kb, q, w| {
-        let v = kb.load(types::F32, q[0], w);
-        let m = kb.splat(max, w);
-        let d = kb.b.ins().fsub(v, m);
-        let e = kb.exp(d, w)?;
-        kb.store(e, q[1]);
-        let var = if w == Width::Scalar { ss } else { vs };
-        let s = kb.b.use_var(var);
-        let s = kb.b.ins().fadd(s, e);
-        kb.b.def_var(var, s);
-        Ok(())
-    })?;
-    let s = kb.b.use_var(ss);
-    if !fast {
-        return Ok(s);
-    }
-    let v = kb.b.use_var(vs);
-    let h = vmath::hsum(kb, v);
-    Ok(kb.b.ins().fadd(h, s))
-}
-
-/// Divides the `n` contiguous `f32` at `y` by `d`, in place, in vectors.
-pub(super) fn row_div(
-    kb: &mut KernelBuilder,
-    y: Value,
-    n: usize,
-    d: Value,
-) -> Result<(), CpuError> {
-    kb.nest(&[n], &[acc(y, vec![1])], Some(4), |kb, q, w| {
-        let e = kb.load(types::F32, q[0], w);
-        let t = kb.splat(d, w);
-        let r = kb.b.ins().fdiv(e, t);
-        kb.store(r, q[0]);
-        Ok(())
-    })
-}
-
-/// Broadcasts a scalar to width `w`.
-fn splat(kb: &mut KernelBuilder, v: Value, w: Width) -> Value {
-    match w {
-        Width::Scalar => v,
-        Width::Vector(_) => kb.b.ins().splat(w.ty(types::F32), v),
-    }
-}
-
 pub fn layer_norm(kb: &mut KernelBuilder, op: &LayerNorm, sig: &NodeSig) -> Result<(), CpuError> {
     f32_only("layer_norm", sig)?;
     let shape = &sig.inputs[0].shape;
     let a = norm_axis(op.axis, shape.len()).map_err(|e| unsupported("layer_norm", e.0))?;
     let (lead, trail) = (&shape[..a], &shape[a..]);
-    let n: usize = trail.iter().product();
     let st = row_major(shape);
     let nparams = sig.inputs.len() - 1;
     let pst: Vec<Vec<i64>> = sig.inputs[1..]
@@ -307,45 +213,81 @@ pub fn layer_norm(kb: &mut KernelBuilder, op: &LayerNorm, sig: &NodeSig) -> Resu
         accesses.push(acc(kb.buf(1 + k), s[..a].to_vec()));
     }
     accesses.push(acc(kb.buf(1 + nparams), st[..a].to_vec()));
-    let eps = op.eps;
     kb.nest(lead, &accesses, None, |kb, p, _| {
-        let x = p[0].addr;
-        let tst = st[a..].to_vec();
-        let s = fold(kb, trail, x, tst.clone(), -0.0, |kb, s, v| {
-            Ok(kb.b.ins().fadd(s, v))
-        })?;
-        let nf = kb.b.ins().f32const(n as f32);
-        let mean = kb.b.ins().fdiv(s, nf);
-        let q = fold(kb, trail, x, tst.clone(), -0.0, |kb, s, v| {
-            let d = kb.b.ins().fsub(v, mean);
-            let d2 = kb.b.ins().fmul(d, d);
-            Ok(kb.b.ins().fadd(s, d2))
-        })?;
-        let var = kb.b.ins().fdiv(q, nf);
-        let e = kb.b.ins().f32const(eps);
-        let ve = kb.b.ins().fadd(var, e);
-        let sd = kb.b.ins().sqrt(ve);
-        let one = kb.b.ins().f32const(1.0);
-        let inv = kb.b.ins().fdiv(one, sd);
-        let mut inner = vec![acc(x, tst.clone())];
-        for (k, s) in pst.iter().enumerate() {
-            inner.push(acc(p[1 + k].addr, s[a..].to_vec()));
+        let params: Vec<Access> = pst
+            .iter()
+            .enumerate()
+            .map(|(k, s)| acc(p[1 + k].addr, s[a..].to_vec()))
+            .collect();
+        let row = NormRow {
+            dims: trail,
+            strides: &st[a..],
+            x: p[0].addr,
+            y: p[1 + nparams].addr,
+        };
+        layer_norm_row(kb, row, &params, op.eps)
+    })
+}
+
+/// One row of a normalization: the elements of `dims` at `x` laid out by
+/// `strides`, and the result at `y` laid out alike.
+struct NormRow<'a> {
+    dims: &'a [usize],
+    strides: &'a [i64],
+    x: Value,
+    y: Value,
+}
+
+/// The layer norm of one row, in the reference's order: the mean, the
+/// biased variance, `inv = 1/sqrt(var + eps)`, then
+/// `(x - mean) · inv · scale (+ bias)`. `params` are the scale and the
+/// optional bias, each with its strides over the row.
+fn layer_norm_row(
+    kb: &mut KernelBuilder,
+    row: NormRow<'_>,
+    params: &[Access],
+    eps: f32,
+) -> Result<(), CpuError> {
+    let NormRow {
+        dims,
+        strides,
+        x,
+        y,
+    } = row;
+    let n: usize = dims.iter().product();
+    let s = fold(kb, dims, x, strides.to_vec(), -0.0, |kb, s, v| {
+        Ok(kb.b.ins().fadd(s, v))
+    })?;
+    let nf = kb.b.ins().f32const(n as f32);
+    let mean = kb.b.ins().fdiv(s, nf);
+    let q = fold(kb, dims, x, strides.to_vec(), -0.0, |kb, s, v| {
+        let d = kb.b.ins().fsub(v, mean);
+        let d2 = kb.b.ins().fmul(d, d);
+        Ok(kb.b.ins().fadd(s, d2))
+    })?;
+    let var = kb.b.ins().fdiv(q, nf);
+    let e = kb.b.ins().f32const(eps);
+    let ve = kb.b.ins().fadd(var, e);
+    let sd = kb.b.ins().sqrt(ve);
+    let one = kb.b.ins().f32const(1.0);
+    let inv = kb.b.ins().fdiv(one, sd);
+    let mut inner = vec![acc(x, strides.to_vec())];
+    inner.extend(params.iter().cloned());
+    inner.push(acc(y, strides.to_vec()));
+    let nparams = params.len();
+    kb.nest(dims, &inner, Some(4), |kb, q, w| {
+        let v = kb.load(types::F32, q[0], w);
+        let (m, i) = (kb.splat(mean, w), kb.splat(inv, w));
+        let d = kb.b.ins().fsub(v, m);
+        let mut out = kb.b.ins().fmul(d, i);
+        let sc = kb.load(types::F32, q[1], w);
+        out = kb.b.ins().fmul(out, sc);
+        if nparams == 2 {
+            let b = kb.load(types::F32, q[2], w);
+            out = kb.b.ins().fadd(out, b);
         }
-        inner.push(acc(p[1 + nparams].addr, tst));
-        kb.nest(trail, &inner, Some(4), |kb, q, w| {
-            let v = kb.load(types::F32, q[0], w);
-            let (m, i) = (splat(kb, mean, w), splat(kb, inv, w));
-            let d = kb.b.ins().fsub(v, m);
-            let mut y = kb.b.ins().fmul(d, i);
-            let sc = kb.load(types::F32, q[1], w);
-            y = kb.b.ins().fmul(y, sc);
-            if nparams == 2 {
-                let b = kb.load(types::F32, q[2], w);
-                y = kb.b.ins().fadd(y, b);
-            }
-            kb.store(y, q[1 + nparams]);
-            Ok(())
-        })
+        kb.store(out, q[1 + nparams]);
+        Ok(())
     })
 }
 
@@ -387,7 +329,7 @@ fn rms_row(
     let inner = [acc(x, vec![1]), acc(w_buf, vec![1]), acc(y, vec![1])];
     kb.nest(&[hidden], &inner, Some(4), |kb, q, w| {
         let v = kb.load(types::F32, q[0], w);
-        let i = splat(kb, inv, w);
+        let i = kb.splat(inv, w);
         let xi = kb.b.ins().fmul(v, i);
         let wk = kb.load(types::F32, q[1], w);
         let off = kb.f32c(offset, w);
@@ -443,9 +385,8 @@ pub fn add_rms_norm(
     })
 }
 
-/// `add_layer_norm`: per row, `s = x + r`, then the layer norm of `s` over
-/// the row (mean, biased variance, `(s - mean) · inv · w + b`) in the
-/// reference's order.
+/// `add_layer_norm`: per row, `s = x + r` is written, then the layer norm
+/// of the written (rounded) `s` over the row, as the reference does.
 pub fn add_layer_norm(
     kb: &mut KernelBuilder,
     op: &AddLayerNorm,
@@ -453,48 +394,19 @@ pub fn add_layer_norm(
 ) -> Result<(), CpuError> {
     f32_only("add_layer_norm", sig)?;
     let (rows, hidden, accesses) = add_norm_rows(kb, sig);
-    let w_buf = kb.buf(2);
-    let b_buf = (sig.inputs.len() == 4).then(|| kb.buf(3));
-    let eps = op.eps;
+    let params: Vec<Access> = (2..sig.inputs.len())
+        .map(|k| acc(kb.buf(k), vec![1]))
+        .collect();
     kb.nest(&[rows], &accesses, None, |kb, p, _| {
         let (s, y) = (p[2].addr, p[3].addr);
         add_row(kb, p[0].addr, p[1].addr, s, hidden)?;
-        let sum = fold(kb, &[hidden], s, vec![1], -0.0, |kb, a, v| {
-            Ok(kb.b.ins().fadd(a, v))
-        })?;
-        let nf = kb.b.ins().f32const(hidden as f32);
-        let mean = kb.b.ins().fdiv(sum, nf);
-        let q = fold(kb, &[hidden], s, vec![1], -0.0, |kb, a, v| {
-            let d = kb.b.ins().fsub(v, mean);
-            let d2 = kb.b.ins().fmul(d, d);
-            Ok(kb.b.ins().fadd(a, d2))
-        })?;
-        let var = kb.b.ins().fdiv(q, nf);
-        let e = kb.b.ins().f32const(eps);
-        let ve = kb.b.ins().fadd(var, e);
-        let sd = kb.b.ins().sqrt(ve);
-        let one = kb.b.ins().f32const(1.0);
-        let inv = kb.b.ins().fdiv(one, sd);
-        let mut inner = vec![acc(s, vec![1]), acc(w_buf, vec![1]), acc(y, vec![1])];
-        if let Some(b) = b_buf {
-            inner.push(acc(b, vec![1]));
-        }
-        kb.nest(&[hidden], &inner, Some(4), |kb, q, w| {
-            let v = kb.load(types::F32, q[0], w);
-            let (m, i) = (splat(kb, mean, w), splat(kb, inv, w));
-            let d = kb.b.ins().fsub(v, m);
-            let mut out = kb.b.ins().fmul(d, i);
-            let sc = kb.load(types::F32, q[1], w);
-            out = kb.b.ins().fmul(out, sc);
-            // The reference adds the bias, or 0.0 without one.
-            let b = match q.get(3) {
-                Some(&bp) => kb.load(types::F32, bp, w),
-                None => kb.f32c(0.0, w),
-            };
-            out = kb.b.ins().fadd(out, b);
-            kb.store(out, q[2]);
-            Ok(())
-        })
+        let row = NormRow {
+            dims: &[hidden],
+            strides: &[1],
+            x: s,
+            y,
+        };
+        layer_norm_row(kb, row, &params, op.eps)
     })
 }
 
