@@ -10,7 +10,7 @@ mod common;
 
 use common::{assert_same, check, check_with, one_node, run_jit, Expect, Kind, Lcg};
 use proptest::prelude::*;
-use slmcc_backends::cpu::{CpuExecutor, CpuOptions, JitProgram};
+use slmcc_backends::cpu::{CpuOptions, JitProgram};
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::kv_cache::{KvLayout, KvMask, KvWrite};
 use slmcc_ir::{DType, EvalCtx, Op, OpDef, Tensor};
@@ -487,9 +487,7 @@ fn prefill_then_decode_steps() {
                 ("pv".to_string(), pv.clone()),
             ];
             let want = reference(&module.graphs[0], &inputs);
-            let mut exec =
-                CpuExecutor::new(module, &module.graphs[0], &CpuOptions::exact()).unwrap();
-            let got = exec.run(&inputs);
+            let got = common::run_module(module, &inputs, &CpuOptions::exact());
             if window == 0 && at + s as i64 > cap as i64 {
                 assert!(want.is_err());
                 let e = got.unwrap_err();

@@ -3,8 +3,10 @@
 //! [`onnx`] is the ONNX frontend (`slmcc import`, and the loader of `run`,
 //! `onnx-test` and `golden`); [`pipeline`] the pass pipelines `compile`,
 //! `run` and `report` run; [`fusion`] what fusion made of a model
-//! (`slmcc report --fusion`).
+//! (`slmcc report --fusion`); [`unplanned`] runs a symbolic graph on the
+//! cpu or simulated NPU kernels without a package.
 
 pub mod fusion;
 pub mod onnx;
 pub mod pipeline;
+pub mod unplanned;

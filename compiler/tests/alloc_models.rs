@@ -25,10 +25,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{repo, run_pipeline, tokens, DECODERS};
-use slmcc_backends::cpu::{specialize, CpuExecutor, CpuOptions};
-use slmcc_ir::{DType, Tensor};
+use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::{DType, MemoryPlan, Tensor};
+use slmcc_passes::specialize;
 use slmcc_runtime::bucket::Padding;
 use slmcc_runtime::compare::diff;
+use slmcc_runtime::exec::Executor;
+use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{run_graph, Capture};
 
@@ -230,20 +233,22 @@ fn decoder_steps_allocate_nothing_and_match_the_reference() {
                 t.as_secs_f64() * 1e3
             ));
         }
-        // The simple executor (one buffer per value, specialised to 45).
+        // The same kernels over an unshared plan (one place per value,
+        // specialised to 45): what `slmcc run` on a model uses.
         let special =
             specialize(&symbolic, "main", &HashMap::from([("seq".to_string(), 45)])).unwrap();
-        let mut simple =
-            CpuExecutor::new(&special, &special.graphs[0], &CpuOptions::default()).unwrap();
-        let inputs = vec![(
-            "input_ids".to_string(),
-            Tensor::from_i64(vec![1, 45], tokens(45, 512, 1)),
-        )];
+        let g = &special.graphs[0];
+        let kernels = JitKernels::compile(g, &CpuOptions::default()).unwrap();
+        let plan = MemoryPlan::unshared(g).unwrap();
+        let mut simple = Executor::load_planned(&special, "main", &plan, &kernels, None).unwrap();
+        simple
+            .input_mut(0)
+            .copy_from_slice(&Tensor::from_i64(vec![1, 45], tokens(45, 512, 1)).to_le_bytes());
         let t = time_per_call(21, || {
-            simple.run(&inputs).unwrap();
+            simple.run().unwrap();
         });
         rows.push(format!(
-            "{model:<6} load (JIT, both buckets) {:.0} ms; simple cpu executor at 45 tokens {:.3} ms/step",
+            "{model:<6} load (JIT, both buckets) {:.0} ms; unshared plan at 45 tokens {:.3} ms/step",
             load.as_secs_f64() * 1e3,
             t.as_secs_f64() * 1e3
         ));

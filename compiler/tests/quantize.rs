@@ -6,12 +6,12 @@
 mod common;
 
 use common::{repo, run_pipeline, slmcc, stderr};
+use slmcc::unplanned::run_graph_jit;
+use slmcc::unplanned::run_graph_npu_sim;
 use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::placement::NpuOps;
 use slmcc_ir::{DType, Module, Op, Tensor};
-use slmcc_passes::transforms::partition::NpuOps;
 use slmcc_runtime::compare::diff;
-use slmcc_runtime::jit::run_graph_jit;
-use slmcc_runtime::npu::run_graph_npu_sim;
 use slmcc_runtime::{npy, run_graph, Capture};
 
 const FUSE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";

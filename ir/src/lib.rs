@@ -6,8 +6,8 @@
 //! modules ([`Graph`], [`Module`]), the out-of-line weight store
 //! ([`WeightStore`]), the verifier ([`verify`]), the textual form
 //! ([`text::print_module`], [`text::parse_module`]), memory plans
-//! ([`MemoryPlan`]) and what bucket-specialized graphs were made from
-//! ([`BucketInfo`]).
+//! ([`MemoryPlan`]), what bucket-specialized graphs were made from
+//! ([`BucketInfo`]) and the RK3588 NPU's placement rules ([`placement`]).
 
 pub mod attr;
 pub mod bucket;
@@ -15,6 +15,7 @@ pub mod dim;
 pub mod dtype;
 pub mod graph;
 pub mod ops;
+pub mod placement;
 pub mod plan;
 pub mod shape;
 pub mod tensor;

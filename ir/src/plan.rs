@@ -363,6 +363,82 @@ impl MemoryPlan {
     }
 }
 
+impl MemoryPlan {
+    /// A plan in which no two tensors share bytes: every value `g` uses
+    /// gets its own place (the arena and the constants region in value
+    /// order, arena tensors with the graph's lifetimes; weights in name
+    /// order in the weights region). Larger than a planned arena, but
+    /// every value can be read after a run: what running a graph unplanned
+    /// and capturing its values needs. Fails on a value without a static
+    /// shape.
+    pub fn unshared(g: &Graph) -> Result<MemoryPlan, PlanError> {
+        let live = lifetimes(g);
+        let mut constant = vec![false; g.value_count()];
+        for node in &g.nodes {
+            if matches!(node.op, Op::Constant(_)) {
+                node.outputs.iter().for_each(|v| constant[v.index()] = true);
+            }
+        }
+        let used: Vec<(crate::ValueId, &crate::graph::Value)> = g
+            .values()
+            .filter(|(id, _)| live[id.index()].is_some())
+            .collect();
+        let size_of = |v: &crate::graph::Value| {
+            value_bytes(&v.ty)
+                .map(align_up)
+                .ok_or_else(|| PlanError(format!("%{} has no static shape: {}", v.name, v.ty)))
+        };
+        // Weights in name order, as plan-memory lays them out.
+        let mut weights: Vec<&crate::graph::Value> = used
+            .iter()
+            .filter(|(_, v)| matches!(v.def, ValueDef::Weight(_)))
+            .map(|(_, v)| *v)
+            .collect();
+        weights.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut regions = RegionSizes::default();
+        let mut weight_at = HashMap::new();
+        for v in weights {
+            weight_at.insert(v.name.as_str(), regions.weights);
+            regions.weights += size_of(v)?;
+        }
+        let mut tensors = Vec::with_capacity(used.len());
+        for (id, v) in used {
+            let size = size_of(v)?;
+            let (region, offset) = match v.def {
+                ValueDef::Weight(_) => (Region::Weights, weight_at[v.name.as_str()]),
+                _ => {
+                    let r = if constant[id.index()] {
+                        Region::Constants
+                    } else {
+                        Region::Arena
+                    };
+                    let at = regions.get(r);
+                    regions.set(r, at + size);
+                    (r, at)
+                }
+            };
+            tensors.push(TensorPlan {
+                name: v.name.clone(),
+                region,
+                offset,
+                size,
+                live: (region == Region::Arena)
+                    .then(|| live[id.index()])
+                    .flatten(),
+                in_place: None,
+            });
+        }
+        let lower_bound = MemoryPlan::live_peak(&tensors);
+        let plan = MemoryPlan {
+            regions,
+            lower_bound,
+            tensors,
+        };
+        check_against(&plan, g)?;
+        Ok(plan)
+    }
+}
+
 /// The lifetime `[first, last]` of every value the graph uses (graph
 /// inputs, operands, results, outputs), indexed by value id; `None` for
 /// values nothing uses. Inputs are born at step 0, a node's results at its

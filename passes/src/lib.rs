@@ -5,7 +5,9 @@
 //! reads pipeline strings such as `shape-infer,const-fold{max-elements=64},dce`;
 //! [`runner::PassManager`] runs them with verification, IR dumps, timing,
 //! statistics and a bisect limit. Each pass lives in its own module under
-//! [`transforms`]; the memory planner behind `plan-memory` is [`memory`].
+//! [`transforms`]; the memory planner behind `plan-memory` is [`memory`];
+//! [`specialize`] binds a graph's symbols to numbers (before a backend
+//! with static kernels runs it).
 
 pub mod eqsat;
 pub mod facts;
@@ -15,6 +17,7 @@ pub mod pass;
 pub mod pipeline;
 pub mod registry;
 pub mod runner;
+pub mod specialize;
 pub mod transforms;
 
 pub use options::{OptionKind, OptionSpec, PassOptions};
@@ -22,3 +25,4 @@ pub use pass::{Pass, PassError, Statistics};
 pub use pipeline::{parse_pipeline, PipelineEntry};
 pub use registry::{create_pass, PassInfo, PASSES};
 pub use runner::{run_pipeline, PassManager, PassRecord, PrintAfter, RunOptions};
+pub use specialize::specialize;

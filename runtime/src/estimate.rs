@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 
 use slmcc_backends::npu::Target;
+use slmcc_ir::placement::{macs, place, Device};
 use slmcc_ir::{Graph, Op, OpDef};
-use slmcc_passes::transforms::partition::{macs, place, Device};
 
 use crate::npu::plan_node_keys;
 use crate::npu_sim::{npu_utilisation, NpuSim};

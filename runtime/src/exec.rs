@@ -18,6 +18,7 @@
 //! using the mapping in place is still to come.
 
 use std::alloc::Layout;
+use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::rc::Rc;
 
@@ -148,6 +149,9 @@ pub struct Executor {
     steps: Vec<Step>,
     inputs: Vec<Slot>,
     outputs: Vec<Slot>,
+    /// Every planned value but the weights, by name (what
+    /// [`Executor::read`] finds).
+    values: HashMap<String, Slot>,
 }
 
 fn region_index(r: Region) -> usize {
@@ -179,6 +183,23 @@ impl Executor {
         kernels: &dyn KernelSet,
         shared: Option<&Executor>,
     ) -> Result<Executor, ExecError> {
+        let plan: &MemoryPlan = module.plans.get(graph).ok_or_else(|| ExecError {
+            graph: graph.to_string(),
+            node: None,
+            message: "no memory plan (run plan-memory)".to_string(),
+        })?;
+        Executor::load_planned(module, graph, plan, kernels, shared)
+    }
+
+    /// [`Executor::load_sharing`] with the plan given instead of the
+    /// module's (an unplanned run: [`MemoryPlan::unshared`]).
+    pub fn load_planned(
+        module: &Module,
+        graph: &str,
+        plan: &MemoryPlan,
+        kernels: &dyn KernelSet,
+        shared: Option<&Executor>,
+    ) -> Result<Executor, ExecError> {
         let err = |node: Option<String>, message: String| ExecError {
             graph: graph.to_string(),
             node,
@@ -187,10 +208,6 @@ impl Executor {
         let g = module
             .graph(graph)
             .ok_or_else(|| err(None, "no such graph".to_string()))?;
-        let plan: &MemoryPlan = module
-            .plans
-            .get(graph)
-            .ok_or_else(|| err(None, "no memory plan (run plan-memory)".to_string()))?;
         slmcc_ir::plan::check_against(plan, g)
             .map_err(|e| err(None, format!("memory plan: {e}")))?;
         const SHARED: [Region; 2] = [Region::Weights, Region::KvCache];
@@ -284,6 +301,11 @@ impl Executor {
         };
         let inputs = g.inputs.iter().map(|&v| slot(v)).collect();
         let outputs = g.outputs.iter().map(|&v| slot(v)).collect();
+        let values = g
+            .values()
+            .filter(|(id, v)| !matches!(v.def, ValueDef::Weight(_)) && place[id.index()].is_some())
+            .map(|(id, v)| (v.name.clone(), slot(id)))
+            .collect();
         Ok(Executor {
             graph: graph.to_string(),
             labels: (0..g.nodes.len()).map(|n| node_label(g, n)).collect(),
@@ -292,6 +314,7 @@ impl Executor {
             steps,
             inputs,
             outputs,
+            values,
         })
     }
 
@@ -320,10 +343,21 @@ impl Executor {
 
     /// The bytes of output `i`, valid after [`Executor::run`].
     pub fn output(&self, i: usize) -> &[u8] {
-        let s = &self.outputs[i];
+        self.bytes(&self.outputs[i])
+    }
+
+    fn bytes(&self, s: &Slot) -> &[u8] {
         let p = self.regions[region_index(s.region)].at(s.offset);
         // SAFETY: the slot lies inside the region; `&self` rules out writes.
         unsafe { std::slice::from_raw_parts(p, s.bytes) }
+    }
+
+    /// The value named `name` as its bytes hold it now, with its slot (after
+    /// [`Executor::run`] with an unshared plan: its value in that run; with
+    /// a planned arena, the bytes may have been reused since).
+    pub fn read(&self, name: &str) -> Option<(&Slot, &[u8])> {
+        let s = self.values.get(name)?;
+        Some((s, self.bytes(s)))
     }
 
     /// Runs every step. Allocates nothing unless a kernel fails (the error

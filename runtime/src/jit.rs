@@ -1,55 +1,42 @@
-//! Running a graph on the Cranelift CPU backend, JIT-compiled for the host.
+//! The Cranelift CPU backend's kernels behind the executor's
+//! [`KernelSet`] interface ([`JitKernels`]), and running a graph with
+//! static shapes once ([`run_static`]).
 //!
-//! The symbols of the graph (`seq`) are bound from the input shapes, the
-//! graph is specialised to those numbers (every shape becomes static,
-//! [`slmcc_backends::cpu::specialize`]), compiled to one kernel per node and
-//! run by the backend's executor. The result has the reference
+//! [`run_static`] loads a graph with any kernel set (the JIT's, the NPU
+//! simulator's) on the one executor ([`crate::exec::Executor`]) over a plan
+//! in which no two values share bytes ([`MemoryPlan::unshared`]), so every
+//! value can be captured after the run; the result has the reference
 //! interpreter's form ([`RunResult`]), so `slmcc run`, `onnx-test` and
-//! `golden check` treat both backends alike.
-//!
-//! [`JitKernels`] hands the same kernels to the executor over a memory plan
-//! ([`crate::exec::Executor`]), which runs them inside the planned arena.
+//! `golden check` treat every backend alike. A symbolic graph is first
+//! bound to its input shapes and specialised by the driver
+//! (`slmcc::unplanned`); a package's bucket graphs run the same kernels
+//! inside their planned arena.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use slmcc_backends::cpu::{specialize, CpuError, CpuExecutor, CpuOptions};
-use slmcc_ir::{Graph, Module, Tensor};
+use slmcc_backends::cpu::{CpuError, CpuOptions};
+use slmcc_ir::{Graph, MemoryPlan, Module, Tensor};
 
 use slmcc_backends::cpu::emit::{
     status_message, STATUS_CONTEXT_FULL, STATUS_DIVISION_BY_ZERO, STATUS_INDEX_OUT_OF_RANGE,
 };
 use slmcc_backends::cpu::{JitProgram, KernelFn};
 
-use crate::bind::bind_shape;
-use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
+use crate::exec::{ExecError, Executor, Kernel, KernelArgs, KernelError, KernelSet};
 use crate::interp::{Capture, RunError, RunResult};
 
-/// Binds, specialises, compiles and runs `graph` of `module` on the JIT.
-pub fn run_graph_jit(
+/// Runs `graph` of `module` (every shape static) once with `kernels` on
+/// the executor over [`MemoryPlan::unshared`]; the inputs must have the
+/// graph's dtypes and shapes. Captures as `capture` asks (any value but
+/// the weights); `symbols` of the result is empty.
+pub fn run_static(
     module: &Module,
     graph: &Graph,
     inputs: &[(String, Tensor)],
     capture: &Capture,
-    options: &CpuOptions,
-) -> Result<RunResult, RunError> {
-    run_graph_jit_with(module, graph, inputs, capture, options, &|_, _, _| Ok(()))
-}
-
-/// Gives other kernels to some nodes of the specialised graph before it
-/// runs ([`CpuExecutor::override_node`]).
-pub type ExecutorHook<'a> = dyn Fn(&Module, &Graph, &mut CpuExecutor) -> Result<(), String> + 'a;
-
-/// [`run_graph_jit`], with `hook` called on the executor of the
-/// specialised module and graph before the run.
-pub fn run_graph_jit_with(
-    module: &Module,
-    graph: &Graph,
-    inputs: &[(String, Tensor)],
-    capture: &Capture,
-    options: &CpuOptions,
-    hook: &ExecutorHook<'_>,
+    kernels: &dyn KernelSet,
 ) -> Result<RunResult, RunError> {
     let err = |message: String| RunError {
         graph: graph.name.clone(),
@@ -62,44 +49,62 @@ pub fn run_graph_jit_with(
     {
         return Err(err(format!("`{name}` is not an input of the graph")));
     }
-    let mut symbols = HashMap::new();
-    for &id in &graph.inputs {
-        let v = graph.value(id);
-        let Some((_, t)) = inputs.iter().find(|(n, _)| *n == v.name) else {
-            return Err(err(format!("missing input `{}` ({})", v.name, v.ty)));
+    let plan = MemoryPlan::unshared(graph).map_err(|e| err(format!("memory plan: {e}")))?;
+    let from_exec = |e: ExecError| RunError {
+        graph: graph.name.clone(),
+        node: e.node,
+        message: e.message,
+    };
+    let mut exec =
+        Executor::load_planned(module, &graph.name, &plan, kernels, None).map_err(from_exec)?;
+    for i in 0..exec.inputs().len() {
+        let slot = &exec.inputs()[i];
+        let Some((_, t)) = inputs.iter().find(|(n, _)| *n == slot.name) else {
+            return Err(err(format!(
+                "missing input `{}` ({}{:?})",
+                slot.name, slot.dtype, slot.shape
+            )));
         };
-        bind_shape(&v.name, &v.ty, t.shape(), &mut symbols).map_err(err)?;
+        if t.dtype() != slot.dtype || t.shape() != slot.shape.as_slice() {
+            return Err(err(format!(
+                "input `{}` is {}{:?}, the graph expects {}{:?}",
+                slot.name,
+                t.dtype(),
+                t.shape(),
+                slot.dtype,
+                slot.shape
+            )));
+        }
+        exec.input_mut(i).copy_from_slice(&t.to_le_bytes());
     }
-    let special = specialize(module, &graph.name, &symbols).map_err(|e| err(e.to_string()))?;
-    let g = &special.graphs[0];
-    let mut exec = CpuExecutor::new(&special, g, options).map_err(|e| match e {
-        CpuError::AtNode { node, source, .. } => RunError {
-            graph: graph.name.clone(),
-            node: Some(node),
-            message: format!("cpu backend: {source}"),
-        },
-        e => err(format!("cpu backend: {e}")),
-    })?;
-    hook(&special, g, &mut exec).map_err(err)?;
+    exec.run().map_err(from_exec)?;
+    let tensor = |name: &str| -> Option<Tensor> {
+        let (slot, bytes) = exec.read(name)?;
+        Tensor::from_le_bytes(slot.dtype, slot.shape.clone(), bytes).ok()
+    };
     let outputs = exec
-        .run(inputs)
-        .map_err(|e| err(e.to_string()))?
-        .into_iter()
-        .map(|(n, t)| (n, Arc::new(t)))
-        .collect();
+        .outputs()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let t = Tensor::from_le_bytes(s.dtype, s.shape.clone(), exec.output(i))
+                .map_err(|e| err(format!("output `{}`: {e}", s.name)))?;
+            Ok((s.name.clone(), Arc::new(t)))
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
     let wanted: Vec<&str> = match capture {
         Capture::Nothing => Vec::new(),
-        Capture::All => g.values().map(|(_, v)| v.name.as_str()).collect(),
+        Capture::All => graph.values().map(|(_, v)| v.name.as_str()).collect(),
         Capture::Names(names) => names.iter().map(String::as_str).collect(),
     };
     let captured = wanted
         .into_iter()
-        .filter_map(|n| Some((n.to_string(), Arc::new(exec.value_named(n)?))))
+        .filter_map(|n| Some((n.to_string(), Arc::new(tensor(n)?))))
         .collect();
     Ok(RunResult {
         outputs,
         captured,
-        symbols,
+        symbols: HashMap::new(),
     })
 }
 
@@ -174,37 +179,6 @@ mod tests {
     use slmcc_ir::text::parse_module;
 
     #[test]
-    fn binds_seq_and_matches_the_interpreter() {
-        let src = r#"
-module @m {
-  graph @main(%x: f32[1, seq, 8], %w: f32[8, 4]) -> (f32[1, seq, 4], i64[3]) {
-    %a = matmul %x, %w : f32[1, seq, 4]
-    %b = softmax %a {axis = -1} : f32[1, seq, 4]
-    %s = shape %b : i64[3]
-    return %b, %s
-  }
-}
-"#;
-        let m = parse_module(src).unwrap();
-        for seq in [1usize, 3, 6] {
-            let n = seq * 8;
-            let x = Tensor::from_f32(vec![1, seq, 8], (0..n).map(|i| i as f32 * 0.1).collect());
-            let w = Tensor::from_f32(vec![8, 4], (0..32).map(|i| (i % 7) as f32 - 3.0).collect());
-            let inputs = vec![("x".to_string(), x), ("w".to_string(), w)];
-            let opts = CpuOptions::exact();
-            let capture = Capture::Names(["a".to_string()].into());
-            let got = run_graph_jit(&m, &m.graphs[0], &inputs, &capture, &opts).unwrap();
-            let want = run_graph(&m, &m.graphs[0], &inputs, &capture).unwrap();
-            assert_eq!(got.symbols["seq"], seq as i64);
-            for ((gn, gt), (wn, wt)) in got.outputs.iter().zip(&want.outputs) {
-                assert_eq!(gn, wn);
-                assert_eq!(gt, wt, "{gn} at seq {seq}");
-            }
-            assert_eq!(got.captured["a"], want.captured["a"]);
-        }
-    }
-
-    #[test]
     fn runs_inside_the_planned_arena() {
         use crate::exec::Executor;
         use slmcc_passes::{PassManager, RunOptions};
@@ -244,32 +218,5 @@ module @m {
                 Tensor::from_le_bytes(slmcc_ir::DType::F32, vec![3, 5], exec.output(0)).unwrap();
             assert_eq!(&got, &*want.outputs[0].1);
         }
-    }
-
-    #[test]
-    fn reports_bad_inputs() {
-        let m = parse_module(
-            "module @m {\n  graph @main(%x: f32[seq]) -> (f32[seq]) {\n    %y = exp %x : f32[seq]\n    return %y\n  }\n}\n",
-        )
-        .unwrap();
-        let bad = vec![("x".to_string(), Tensor::from_i64(vec![2], vec![1, 2]))];
-        let e = run_graph_jit(
-            &m,
-            &m.graphs[0],
-            &bad,
-            &Capture::Nothing,
-            &CpuOptions::default(),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("input `x`"), "{e}");
-        let e = run_graph_jit(
-            &m,
-            &m.graphs[0],
-            &[],
-            &Capture::Nothing,
-            &CpuOptions::default(),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("missing input `x`"), "{e}");
     }
 }

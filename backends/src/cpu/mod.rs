@@ -1,7 +1,7 @@
 //! The Cranelift CPU backend.
 //!
 //! A graph whose shapes are all static (a bucket, or a graph whose symbols
-//! [`specialize`] bound) compiles to **one kernel per node**. Every kernel
+//! `slmcc_passes::specialize` bound) compiles to **one kernel per node**. Every kernel
 //! has the same ABI:
 //!
 //! ```c
@@ -46,27 +46,22 @@
 //!
 //! Modules: [`emit`] (kernel builder, loop nests), [`lower`] (one module
 //! per op family), [`compile`] (a graph into kernels of any Cranelift
-//! module), [`jit`] (host JIT), [`exec`] (a simple executor), [`aot`]
-//! (object files for aarch64), [`specialize`] (binding symbols), [`math`]
-//! (the helpers kernels call), [`vmath`] (inline vector math),
+//! module), [`jit`] (host JIT; the runtime's executor runs the kernels),
+//! [`aot`] (object files for aarch64), [`math`] (the helpers kernels call), [`vmath`] (inline vector math),
 //! [`hostgemm`] (the host GEMM kernels call), [`threads`] (the kernels'
 //! thread count and pool).
 
 pub mod aot;
 pub mod compile;
 pub mod emit;
-pub mod exec;
 pub mod hostgemm;
 pub mod jit;
 pub mod lower;
 pub mod math;
-pub mod specialize;
 pub mod threads;
 pub mod vmath;
 
-pub use exec::CpuExecutor;
 pub use jit::{JitProgram, KernelFn};
-pub use specialize::specialize;
 pub use threads::MAX_THREADS;
 
 /// The version of the cpu kernel library: the kernel ABI and what each op
@@ -128,8 +123,6 @@ pub enum CpuError {
     Unsupported { op: String, detail: String },
     #[error("{0}")]
     Dynamic(String),
-    #[error("binding symbols: {0}")]
-    Specialize(String),
     #[error("code generation: {0}")]
     Codegen(String),
     #[error("graph @{graph}, node {node}: {source}")]

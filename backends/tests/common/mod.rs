@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use slmcc_backends::cpu::{CpuError, CpuExecutor, CpuOptions};
+use slmcc_backends::cpu::{CpuError, CpuOptions};
 use slmcc_ir::ops::constant::Constant;
 use slmcc_ir::ops::{static_dims, Fact, Known};
 use slmcc_ir::{DType, EvalCtx, Graph, Module, Op, OpDef, Tensor, TensorType};
+use slmcc_runtime::jit::{run_static, JitKernels};
+use slmcc_runtime::Capture;
 
 /// How an operand enters the one-node graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,14 +130,36 @@ pub fn run_jit(
     options: CpuOptions,
 ) -> Result<Vec<Tensor>, CpuError> {
     let module = one_node(op, operands).map_err(CpuError::Run)?;
-    let mut exec = CpuExecutor::new(&module, &module.graphs[0], &options)?;
     let inputs: Vec<(String, Tensor)> = operands
         .iter()
         .enumerate()
         .filter(|(_, (_, k))| *k == Kind::Input)
         .map(|(i, (t, _))| (format!("x{i}"), t.clone()))
         .collect();
-    Ok(exec.run(&inputs)?.into_iter().map(|(_, t)| t).collect())
+    Ok(run_module(&module, &inputs, &options)?
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect())
+}
+
+/// Runs the first graph of `module` (static shapes) on the JIT kernels,
+/// through the runtime's executor ([`run_static`]); returns the outputs in
+/// graph order. Compile errors keep their [`CpuError`] (the node at
+/// fault); run errors are [`CpuError::Run`].
+pub fn run_module(
+    module: &Module,
+    inputs: &[(String, Tensor)],
+    options: &CpuOptions,
+) -> Result<Vec<(String, Tensor)>, CpuError> {
+    let g = &module.graphs[0];
+    let kernels = JitKernels::compile(g, options)?;
+    let result = run_static(module, g, inputs, &Capture::Nothing, &kernels)
+        .map_err(|e| CpuError::Run(e.to_string()))?;
+    Ok(result
+        .outputs
+        .into_iter()
+        .map(|(n, t)| (n, Arc::unwrap_or_clone(t)))
+        .collect())
 }
 
 /// Asserts that the JIT computes what the reference does.

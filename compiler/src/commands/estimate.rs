@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 
 use slmcc_backends::npu::encode::{disassemble, encode_stream};
 use slmcc_backends::npu::Target;
+use slmcc_ir::placement::Device;
 use slmcc_ir::{Module, OpDef};
-use slmcc_passes::transforms::partition::Device;
 use slmcc_runtime::estimate::{estimate_graph, BoardCpu, EstimateOptions, GraphEstimate};
 use slmcc_runtime::npu::plan_graph;
 use slmcc_runtime::npu_sim::npu_utilisation;

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc_backends::cpu::CpuOptions;
+use slmcc_ir::placement::NpuOps;
 use slmcc_ir::{Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
-use slmcc_passes::transforms::partition::NpuOps;
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;

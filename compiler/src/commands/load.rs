@@ -5,13 +5,13 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::{Pipeline, Quant};
+use slmcc::unplanned::{run_graph_jit, run_graph_npu_sim};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_backends::npu::Target;
+use slmcc_ir::placement::NpuOps;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
-use slmcc_passes::transforms::partition::NpuOps;
-use slmcc_runtime::jit::run_graph_jit;
-use slmcc_runtime::npu::{run_graph_npu_sim, NodeRecord, NpuSimKernels};
+use slmcc_runtime::npu::{NodeRecord, NpuSimKernels};
 use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::{Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};

@@ -17,8 +17,8 @@ use slmcc_backends::npu::kernels::attention::{
     emit_attention, plan_attention, AttentionLayout, AttentionPlan, AttentionProblem, MaskKind,
 };
 use slmcc_backends::npu::{Program, Target};
+use slmcc_ir::placement::npu_attention_mask_rows;
 use slmcc_ir::{DType, Graph, Op};
-use slmcc_passes::transforms::partition::npu_attention_mask_rows;
 
 use super::{f32s, fixed_shape, read_f32s, run_program, write_f32s, NpuKernel};
 use crate::exec::KernelError;

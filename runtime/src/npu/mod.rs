@@ -21,19 +21,18 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use slmcc_backends::cpu::{CpuError, CpuExecutor, CpuOptions};
+use slmcc_backends::cpu::{CpuError, CpuOptions};
 use slmcc_backends::npu::kernels::attention::{AttentionLayout, AttentionPlan};
 use slmcc_backends::npu::kernels::qmatmul::QMatmulLayout;
 use slmcc_backends::npu::kernels::rms_norm::{RmsNormLayout, RmsNormPlan};
 use slmcc_backends::npu::tiler::QTilePlan;
 use slmcc_backends::npu::{Program, Target};
+use slmcc_ir::placement::{constant_tensor, place_with, Device, NpuOps};
 use slmcc_ir::verify::node_label;
-use slmcc_ir::{Graph, Module, Op, OpDef, Tensor, ValueDef, ValueId};
-use slmcc_passes::transforms::partition::{constant_tensor, place_with, Device, NpuOps};
+use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
-use crate::interp::{Capture, RunError, RunResult};
-use crate::jit::{run_graph_jit_with, JitKernels};
+use crate::jit::JitKernels;
 use crate::npu_sim::{NpuSim, SimStats};
 
 /// What an NPU node's program was planned from.
@@ -374,53 +373,11 @@ impl KernelSet for NpuSimKernels {
     }
 }
 
-/// Binds, specialises and runs `graph` of `module` with the NPU nodes (of
-/// the kinds `ops` allows) on the simulator and the rest on the JIT (one
-/// buffer per value, so every value can be captured: what `golden check
-/// --backend npu-sim` uses). Returns the run and the simulator's counts
-/// per NPU node.
-pub fn run_graph_npu_sim(
-    module: &Module,
-    graph: &Graph,
-    inputs: &[(String, Tensor)],
-    capture: &Capture,
-    target: &Target,
-    options: &CpuOptions,
-    ops: NpuOps,
-) -> Result<(RunResult, NpuRecords), RunError> {
-    let records = NpuRecords::default();
-    let hook = |special: &Module, g: &Graph, exec: &mut CpuExecutor| -> Result<(), String> {
-        for node in plan_graph_with(g, target, ops)? {
-            let i = node.node;
-            let mut loaded = load_node(special, g, node, target)
-                .map_err(|e| format!("node {}: {e}", node_label(g, i)))?;
-            let records = records.clone();
-            // The kernel ABI's buffers: the operands, then the results.
-            let operands = g.nodes[i].inputs.len();
-            exec.override_node(
-                i,
-                Box::new(move |ptrs: &[*mut u8]| {
-                    let ins: Vec<*const u8> =
-                        ptrs[..operands].iter().map(|&p| p as *const u8).collect();
-                    // SAFETY: the cpu executor passes the node's buffers
-                    // (the operands, then the results), each sized and
-                    // 16-byte aligned for its static type.
-                    unsafe { loaded.call_raw(i, &ins, &ptrs[operands..], &records) }
-                        .map_err(|e| e.0)
-                }),
-            );
-        }
-        Ok(())
-    };
-    let result = run_graph_jit_with(module, graph, inputs, capture, options, &hook)?;
-    Ok((result, records))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use slmcc_ir::text::parse_module;
-    use slmcc_ir::EvalCtx;
+    use slmcc_ir::{EvalCtx, Tensor};
 
     const SRC: &str = "module @m {
   weight @q : i4[64, 40]

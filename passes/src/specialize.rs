@@ -1,5 +1,6 @@
-//! Binding the symbols of a graph to numbers, which the cpu backend needs
-//! before lowering (every shape is baked into the kernels).
+//! Binding the symbols of a graph to numbers: what running a symbolic
+//! graph on a backend with static kernels (the cpu backend bakes every
+//! shape into its kernels; the NPU plans its tiles) needs first.
 //!
 //! The symbols are substituted in the graph inputs, in `constant`s holding
 //! symbolic dims and in `split` sizes; then `shape-infer` recomputes every
@@ -14,7 +15,7 @@ use slmcc_ir::ops::constant::Constant;
 use slmcc_ir::ops::{Known, Op};
 use slmcc_ir::{Dim, Graph, Module};
 
-use super::CpuError;
+use crate::PassError;
 
 /// The passes run after substitution.
 pub const SPECIALIZE_PIPELINE: &str = "shape-infer,const-fold{max-elements=16777216},dce";
@@ -57,10 +58,11 @@ pub fn specialize(
     module: &Module,
     graph_name: &str,
     bindings: &HashMap<String, i64>,
-) -> Result<Module, CpuError> {
-    let graph = module
-        .graph(graph_name)
-        .ok_or_else(|| CpuError::Run(format!("no graph @{graph_name}")))?;
+) -> Result<Module, PassError> {
+    let graph = module.graph(graph_name).ok_or_else(|| PassError::Failed {
+        pass: "specialize".to_string(),
+        message: format!("no graph @{graph_name}"),
+    })?;
     let mut graph = graph.clone();
     let subst: HashMap<String, Dim> = bindings
         .iter()
@@ -70,7 +72,6 @@ pub fn specialize(
     let mut out = Module::new(module.name.clone());
     out.weights = module.weights.clone();
     out.graphs.push(graph);
-    slmcc_passes::run_pipeline(&mut out, SPECIALIZE_PIPELINE)
-        .map_err(|e| CpuError::Specialize(e.to_string()))?;
+    crate::run_pipeline(&mut out, SPECIALIZE_PIPELINE)?;
     Ok(out)
 }
