@@ -7,7 +7,7 @@
 //! ([`WeightStore`]), the verifier ([`verify`]), the textual form
 //! ([`text::print_module`], [`text::parse_module`]), memory plans
 //! ([`MemoryPlan`]), what bucket-specialized graphs were made from
-//! ([`BucketInfo`]) and the RK3588 NPU's placement rules ([`placement`]).
+//! ([`BucketInfo`]), the module's [`Phase`] and the RK3588 NPU's placement rules ([`placement`]).
 
 pub mod attr;
 pub mod bucket;
@@ -15,6 +15,7 @@ pub mod dim;
 pub mod dtype;
 pub mod graph;
 pub mod ops;
+pub mod phase;
 pub mod placement;
 pub mod plan;
 pub mod shape;
@@ -29,6 +30,7 @@ pub use dim::Dim;
 pub use dtype::DType;
 pub use graph::{Graph, Module, Node, Producer, Value, ValueDef, ValueId};
 pub use ops::{EvalCtx, Fact, Known, Op, OpDef, OpError};
+pub use phase::Phase;
 pub use plan::{MemoryPlan, PlanError, Region, RegionSizes, TensorPlan};
 pub use shape::{Shape, TensorType};
 pub use tensor::{Tensor, TensorData};

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use slmcc_ir::Module;
+use slmcc_ir::{Module, Phase};
 
 /// Counters a pass reports (`nodes-removed = 3`), in the order first added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,6 +56,10 @@ pub enum PassError {
     /// A pass failed on the module.
     #[error("pass `{pass}`: {message}")]
     Failed { pass: String, message: String },
+    /// The module is not in the phase the pass requires, or a pass did not
+    /// leave it in the phase it establishes.
+    #[error("pass `{pass}`: {message}")]
+    Phase { pass: String, message: String },
     /// The verifier rejected the module after a pass.
     #[error("verification failed after pass `{pass}`: {message}")]
     Verify { pass: String, message: String },
@@ -73,6 +77,59 @@ pub trait Pass {
 
     /// Runs the pass, adding counters to `stats`; returns whether the module changed.
     fn run(&mut self, module: &mut Module, stats: &mut Statistics) -> Result<bool, PassError>;
+}
+
+/// The module phase a pass needs before it runs (see [`Phase`]); the pass
+/// manager refuses to run a pass on a module in another phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requires {
+    /// Any phase.
+    Any,
+    /// Still symbolic: some graph input has a symbolic dim. For passes that
+    /// rewrite in terms of the sequence symbol (`kv-cache` shifts the ranges
+    /// of length `seq`); on a bucketed graph they would silently do nothing.
+    Symbolic,
+    /// Bucketed or planned: every graph input static.
+    Static,
+}
+
+impl Requires {
+    pub fn admits(self, phase: Phase) -> bool {
+        match self {
+            Requires::Any => true,
+            Requires::Symbolic => phase == Phase::Symbolic,
+            Requires::Static => phase >= Phase::Bucketed,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Requires::Any => "any phase",
+            Requires::Symbolic => "symbolic",
+            Requires::Static => "bucketed or planned",
+        }
+    }
+}
+
+/// What a pass invalidates when it changes the module. The pass manager
+/// drops what is invalidated (the pass itself never does) and counts it in
+/// the pass's `plans-dropped` statistic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalidates {
+    /// Nothing: the pass changes no graph (analyses, reports, the planner).
+    Nothing,
+    /// The memory plans: the pass rewrites graphs, so offsets computed for
+    /// the old graphs no longer hold.
+    Plans,
+}
+
+impl Invalidates {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Invalidates::Nothing => "nothing",
+            Invalidates::Plans => "memory plans",
+        }
+    }
 }
 
 /// Shorthand for a [`PassError::Failed`] of pass `pass`.

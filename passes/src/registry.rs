@@ -3,9 +3,12 @@
 //! Adding a pass means adding one entry to [`PASSES`]. Unknown names are
 //! rejected with the list of valid ones.
 
+use slmcc_ir::Phase;
+
+use crate::eqsat;
 use crate::eqsat::runner::LIMIT_OPTIONS;
 use crate::options::{OptionSpec, PassOptions};
-use crate::pass::{Pass, PassError};
+use crate::pass::{Invalidates, Pass, PassError, Requires};
 use crate::pipeline::PipelineEntry;
 use crate::transforms::{
     bucket_specialize, kv_cache, last_logits, partition, plan_memory, quantize,
@@ -17,6 +20,17 @@ pub struct PassInfo {
     pub name: &'static str,
     pub summary: &'static str,
     pub options: &'static [OptionSpec],
+    /// The phase the module must be in (checked by the pass manager).
+    pub requires: Requires,
+    /// What a run that changes the module invalidates (dropped by the pass
+    /// manager).
+    pub invalidates: Invalidates,
+    /// The phase the pass leaves the module in, when it guarantees one
+    /// (checked by the pass manager).
+    pub establishes: Option<Phase>,
+    /// The counters the pass reports (`--pass-stats`), besides the
+    /// manager's `plans-dropped`.
+    pub statistics: fn() -> Vec<&'static str>,
     /// Builds the pass; fails when options that parsed one by one do not
     /// go together (the message names the pass).
     pub create: fn(&PassOptions) -> Result<Box<dyn Pass>, String>,
@@ -28,30 +42,50 @@ pub static PASSES: &[PassInfo] = &[
         name: "verify",
         summary: "check SSA form, types and weight references; change nothing",
         options: &[],
+        requires: Requires::Any,
+        invalidates: Invalidates::Nothing,
+        establishes: None,
+        statistics: || Vec::new(),
         create: |_| Ok(Box::new(verify::Verify)),
     },
     PassInfo {
         name: "shape-infer",
         summary: "recompute every result type from the graph inputs, resolving `?` dims",
         options: &[],
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["types-changed"],
         create: |_| Ok(Box::new(shape_infer::ShapeInfer)),
     },
     PassInfo {
         name: "const-fold",
         summary: "replace results known at compile time (incl. symbolic shape values) by constants",
         options: const_fold::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["nodes-folded", "weights-transposed"],
         create: |o| Ok(Box::new(const_fold::ConstFold::from_options(o))),
     },
     PassInfo {
         name: "dce",
         summary: "remove nodes whose results are never used",
         options: &[],
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["nodes-removed"],
         create: |_| Ok(Box::new(dce::Dce)),
     },
     PassInfo {
         name: "cse",
         summary: "merge nodes that apply the same op to the same operands",
         options: &[],
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["nodes-removed"],
         create: |_| Ok(Box::new(cse::Cse)),
     },
     // Equality saturation (egg): rules to saturation under hard limits,
@@ -61,48 +95,91 @@ pub static PASSES: &[PassInfo] = &[
         name: "canonicalize",
         summary: "algebraic clean-up by equality saturation (identities, chains, constants right)",
         options: LIMIT_OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || eqsat::runner::STATISTICS.to_vec(),
         create: |o| Ok(Box::new(canonicalize::Canonicalize::from_options(o))),
     },
     PassInfo {
         name: "eqsat-fuse",
         summary: "fuse norms, GELU, gated MLPs, RoPE and attention by equality saturation",
         options: LIMIT_OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: eqsat_fuse::statistics,
         create: |o| Ok(Box::new(eqsat_fuse::EqsatFuse::from_options(o))),
     },
     PassInfo {
         name: "quantize",
         summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest), int8 activations per token",
         options: quantize::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || {
+            vec![
+                "weight-bytes-before",
+                "matmuls-quantized",
+                "matmuls-kept",
+                "glus-fused",
+                "glus-split",
+                "glus-kept",
+                "groups-narrowed",
+                "weight-bytes-after",
+            ]
+        },
         create: |o| Ok(Box::new(quantize::Quantize::from_options(o))),
     },
     PassInfo {
         name: "partition",
         summary: "report which nodes the NPU runs and which stay on the CPU, and why (changes nothing)",
         options: partition::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Nothing,
+        establishes: None,
+        statistics: || vec!["npu-nodes", "cpu-nodes", "npu-macs", "cpu-macs"],
         create: |o| Ok(Box::new(partition::Partition::from_options(o))),
     },
     PassInfo {
         name: "kv-cache",
         summary: "a step over a static KV cache: cache inputs/outputs, kv_write + kv_mask, positions from %cache_pos",
         options: kv_cache::OPTIONS,
+        requires: Requires::Symbolic,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["graphs-cached", "layers-cached", "positions-shifted"],
         create: |o| Ok(Box::new(kv_cache::KvCache::from_options(o)?)),
     },
     PassInfo {
         name: "last-logits",
         summary: "a KV-cache step multiplies one row (%logits_row) by the LM head, not every position",
         options: last_logits::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["graphs-rewritten", "graphs-skipped"],
         create: |o| Ok(Box::new(last_logits::LastLogits::from_options(o))),
     },
     PassInfo {
         name: "bucket-specialize",
         summary: "one graph per sequence-length bucket (`@main` -> `@main_128`, ...), seq bound and folded",
         options: bucket_specialize::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["graphs-specialized", "graphs-created", "nodes-folded", "nodes-removed"],
         create: |o| Ok(Box::new(bucket_specialize::BucketSpecialize::from_options(o))),
     },
     PassInfo {
         name: "plan-memory",
         summary: "static 64-byte aligned offsets for every tensor: arena (greedy by size, in place), weights, constants",
         options: plan_memory::OPTIONS,
+        requires: Requires::Static,
+        invalidates: Invalidates::Nothing,
+        establishes: Some(Phase::Planned),
+        statistics: || vec!["graphs-planned", "arena-bytes", "lower-bound-bytes", "in-place"],
         create: |o| Ok(Box::new(plan_memory::PlanMemory::from_options(o))),
     },
 ];
@@ -114,6 +191,13 @@ pub fn pass_names() -> Vec<&'static str> {
 
 /// Builds the pass an entry names, checking its options.
 pub fn create_pass(entry: &PipelineEntry) -> Result<Box<dyn Pass>, PassError> {
+    create_entry(entry).map(|(_, pass)| pass)
+}
+
+/// Builds the pass an entry names, with its registry entry.
+pub fn create_entry(
+    entry: &PipelineEntry,
+) -> Result<(&'static PassInfo, Box<dyn Pass>), PassError> {
     let Some(info) = PASSES.iter().find(|p| p.name == entry.name) else {
         return Err(PassError::Pipeline(format!(
             "unknown pass `{}` (valid passes: {})",
@@ -122,29 +206,96 @@ pub fn create_pass(entry: &PipelineEntry) -> Result<Box<dyn Pass>, PassError> {
         )));
     };
     let options = PassOptions::resolve(info.name, info.options, &entry.options)?;
-    (info.create)(&options).map_err(PassError::Pipeline)
+    let pass = (info.create)(&options).map_err(PassError::Pipeline)?;
+    Ok((info, pass))
 }
 
-/// A help text listing every pass with its options, for `--help` style
-/// output; columns are as wide as the longest name.
+/// An option's default as help and docs print it.
+fn default_text(o: &OptionSpec) -> &'static str {
+    if o.default.is_empty() {
+        "none"
+    } else {
+        o.default
+    }
+}
+
+/// What a pass's registry entry declares about phases, in words:
+/// `requires any phase; invalidates memory plans`.
+fn phase_text(p: &PassInfo) -> String {
+    let mut out = format!(
+        "requires {}; when it changes the module, invalidates {}",
+        p.requires.describe(),
+        p.invalidates.describe()
+    );
+    if let Some(phase) = p.establishes {
+        out.push_str(&format!("; leaves the module {phase}"));
+    }
+    out
+}
+
+/// A help text listing every pass with its phase declarations, options
+/// and statistics (`slmcc passes`, `slmcc opt --help`); columns are as
+/// wide as the longest name.
 pub fn describe_passes() -> String {
     let width = PASSES.iter().map(|p| p.name.len()).max().unwrap_or(0);
     let mut out = String::new();
     for p in PASSES {
         out.push_str(&format!("  {:<width$}  {}\n", p.name, p.summary));
+        out.push_str(&format!("  {:<width$}  ({})\n", "", phase_text(p)));
         for o in p.options {
             out.push_str(&format!(
                 "      {}={}  {} (default {})\n",
                 o.name,
                 o.kind.describe(),
                 o.help,
-                if o.default.is_empty() {
-                    "none"
-                } else {
-                    o.default
-                }
+                default_text(o)
             ));
         }
+        let stats = (p.statistics)();
+        if !stats.is_empty() {
+            out.push_str(&format!("      statistics: {}\n", stats.join(", ")));
+        }
+    }
+    out
+}
+
+/// The registry as a Markdown table (`slmcc passes --markdown`), which the
+/// pass table of `docs/ARCHITECTURE.md` is (a test compares them).
+pub fn markdown_table() -> String {
+    let code = |s: &str| format!("`{}`", s.replace('|', "\\|"));
+    let mut out = String::from(
+        "| pass | contract | phases | options (default) | statistics |\n|---|---|---|---|---|\n",
+    );
+    for p in PASSES {
+        let options: Vec<String> = p
+            .options
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}: {} ({})",
+                    code(&format!("{}={}", o.name, o.kind.describe())),
+                    o.help.replace('|', "\\|"),
+                    code(default_text(o))
+                )
+            })
+            .collect();
+        let stats: Vec<String> = (p.statistics)().iter().map(|s| code(s)).collect();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            code(p.name),
+            p.summary.replace('|', "\\|"),
+            phase_text(p),
+            if options.is_empty() {
+                "—".to_string()
+            } else {
+                options.join("<br>")
+            },
+            if stats.is_empty() {
+                "—".to_string()
+            } else {
+                stats.join(", ")
+            }
+        ));
     }
     out
 }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use slmcc_ir::text::print_module;
 use slmcc_ir::{verify_module, Module};
 
-use crate::pass::{Pass, PassError, Statistics};
+use crate::pass::{Invalidates, Pass, PassError, Statistics};
 use crate::pipeline::parse_pipeline;
-use crate::registry::{create_pass, pass_names};
+use crate::registry::{create_entry, pass_names, PassInfo};
 
 /// When to print the IR after a pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -78,8 +78,16 @@ pub struct PassRecord {
 }
 
 /// A parsed pipeline ready to run.
+///
+/// Around each pass the manager enforces the pass's declarations in the
+/// registry ([`PassInfo`]): the module must be in a phase the pass
+/// [`requires`](PassInfo::requires), else the pass is refused with the
+/// reason; when the pass changes the module, what it
+/// [`invalidates`](PassInfo::invalidates) is dropped (counted as
+/// `plans-dropped`); a pass that [`establishes`](PassInfo::establishes) a
+/// phase must leave the module in it.
 pub struct PassManager {
-    passes: Vec<Box<dyn Pass>>,
+    passes: Vec<(&'static PassInfo, Box<dyn Pass>)>,
     options: RunOptions,
 }
 
@@ -88,13 +96,9 @@ impl PassManager {
     pub fn parse(pipeline: &str, options: RunOptions) -> Result<PassManager, PassError> {
         let passes = parse_pipeline(pipeline)?
             .iter()
-            .map(create_pass)
+            .map(create_entry)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(PassManager { passes, options })
-    }
-
-    pub fn new(passes: Vec<Box<dyn Pass>>, options: RunOptions) -> PassManager {
-        PassManager { passes, options }
     }
 
     /// Runs every pass on `module`. Dumps and bisect notes go to `log`.
@@ -109,7 +113,7 @@ impl PassManager {
             PrintAfter::Change => Some(print_module(module)),
             _ => None,
         };
-        for (i, pass) in self.passes.iter_mut().enumerate() {
+        for (i, (info, pass)) in self.passes.iter_mut().enumerate() {
             let name = pass.name();
             if let Some(limit) = self.options.bisect_limit {
                 let verdict = if i < limit { "running" } else { "NOT running" };
@@ -128,7 +132,13 @@ impl PassManager {
             let _span = tracing::info_span!("pass", name).entered();
             let mut stats = Statistics::default();
             let start = Instant::now();
+            check_required_phase(info, module)?;
             let changed = pass.run(module, &mut stats)?;
+            debug_assert_declared(info, &stats);
+            if changed {
+                drop_invalidated(info, module, &mut stats);
+            }
+            check_established_phase(info, module)?;
             let duration = start.elapsed();
             tracing::debug!(changed, ?duration, %stats, "pass finished");
             if self.options.verify_each {
@@ -165,6 +175,72 @@ impl PassManager {
             });
         }
         Ok(records)
+    }
+}
+
+/// Refuses to run `info`'s pass on a module in a phase it does not admit.
+fn check_required_phase(info: &PassInfo, module: &Module) -> Result<(), PassError> {
+    let phase = module.phase();
+    if info.requires.admits(phase) {
+        return Ok(());
+    }
+    let why = match module.first_symbolic_input() {
+        Some(input) => format!("{input} has symbolic dims (run bucket-specialize first)"),
+        None => "every graph input is static (run it before bucket-specialize)".to_string(),
+    };
+    Err(PassError::Phase {
+        pass: info.name.to_string(),
+        message: format!(
+            "requires a {} module, but the module is {phase}: {why}",
+            info.requires.describe()
+        ),
+    })
+}
+
+/// Drops what a pass that changed the module invalidates.
+fn drop_invalidated(info: &PassInfo, module: &mut Module, stats: &mut Statistics) {
+    match info.invalidates {
+        Invalidates::Nothing => {}
+        Invalidates::Plans => {
+            if !module.plans.is_empty() {
+                tracing::info!(
+                    pass = info.name,
+                    plans = module.plans.len(),
+                    "the pass changed the module; its memory plans are dropped (plan again after it)"
+                );
+                stats.add("plans-dropped", module.plans.len() as u64);
+                module.plans.clear();
+            }
+        }
+    }
+}
+
+/// Fails when a pass that establishes a phase did not reach it.
+fn check_established_phase(info: &PassInfo, module: &Module) -> Result<(), PassError> {
+    match info.establishes {
+        Some(want) if module.phase() != want => Err(PassError::Phase {
+            pass: info.name.to_string(),
+            message: format!(
+                "left the module {}, not {want} as it declares",
+                module.phase()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// In debug builds, fails loudly when a pass reports a counter its
+/// registry entry does not declare (so `slmcc passes` stays complete).
+fn debug_assert_declared(info: &PassInfo, stats: &Statistics) {
+    if cfg!(debug_assertions) {
+        let declared = (info.statistics)();
+        for (name, _) in stats.iter() {
+            assert!(
+                declared.contains(&name),
+                "pass `{}` reported statistic `{name}` that its registry entry does not declare",
+                info.name
+            );
+        }
     }
 }
 

@@ -4,14 +4,16 @@
 //! the input module, and expectations as comments. `; check:`, `; nextln:`,
 //! `; sameln:`, `; not:`, `; regex:` lines are matched against the printed
 //! result with `filecheck`; `; error: TEXT` instead expects the pipeline (or
-//! the parse) to fail with a message containing TEXT. Every pipeline runs
-//! with the verifier after each pass.
+//! the parse) to fail with a message containing TEXT; `; stats: a=1, b=2`
+//! expects those pass statistics (summed over the pipeline's passes), for
+//! passes that report rather than rewrite. Every pipeline runs with the
+//! verifier after each pass.
 
 use std::path::{Path, PathBuf};
 
 use filecheck::{CheckerBuilder, NO_VARIABLES};
 use slmcc_ir::text::{parse_module, print_module};
-use slmcc_passes::{PassManager, RunOptions};
+use slmcc_passes::{PassManager, PassRecord, RunOptions};
 
 fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -41,6 +43,8 @@ fn run_one(path: &Path) -> Result<(), String> {
     let src = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let pipeline = directive(&src, "pipeline").ok_or("missing `; pipeline:` line")?;
     let expect_error = directive(&src, "error");
+    let expect_stats = directive(&src, "stats");
+    let mut records = Vec::new();
     let result = parse_module(&src)
         .map_err(|e| format!("{}:{}: {}", e.line, e.col, e.message))
         .and_then(|mut m| {
@@ -49,7 +53,8 @@ fn run_one(path: &Path) -> Result<(), String> {
                 ..RunOptions::default()
             };
             let mut pm = PassManager::parse(pipeline, options).map_err(|e| e.to_string())?;
-            pm.run(&mut m, &mut std::io::sink())
+            records = pm
+                .run(&mut m, &mut std::io::sink())
                 .map_err(|e| e.to_string())?;
             Ok(print_module(&m))
         });
@@ -61,6 +66,9 @@ fn run_one(path: &Path) -> Result<(), String> {
             "expected an error containing `{want}`, got output:\n{out}"
         )),
         (Ok(out), None) => {
+            if let Some(want) = expect_stats {
+                check_stats(want, &records)?;
+            }
             let checks: String = src
                 .lines()
                 .filter_map(|l| l.trim_start().strip_prefix(';'))
@@ -83,6 +91,25 @@ fn run_one(path: &Path) -> Result<(), String> {
             }
         }
     }
+}
+
+/// Checks `a=1, b=2` against the statistics of `records`, summed by name.
+fn check_stats(want: &str, records: &[PassRecord]) -> Result<(), String> {
+    for pair in want.split(',') {
+        let (name, value) = pair
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| format!("bad `; stats:` entry `{pair}` (want name=value)"))?;
+        let value: u64 = value
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad `; stats:` value in `{pair}`"))?;
+        let got: u64 = records.iter().map(|r| r.stats.get(name.trim())).sum();
+        if got != value {
+            return Err(format!("statistic {name}: expected {value}, got {got}"));
+        }
+    }
+    Ok(())
 }
 
 #[test]

@@ -77,6 +77,20 @@ impl Stop {
     }
 }
 
+/// The counters [`Report::record`] adds: the e-graph's size, the
+/// iterations and time, and one `stop-*` counter for why it stopped.
+pub const STATISTICS: &[&str] = &[
+    "egraph-nodes",
+    "egraph-classes",
+    "iterations",
+    "saturation-us",
+    "stop-saturated",
+    "stop-node-limit",
+    "stop-iter-limit",
+    "stop-time-limit",
+    "stop-other",
+];
+
 /// What a run did.
 #[derive(Clone, Debug)]
 pub struct RunReport {

@@ -382,7 +382,6 @@ impl Pass for BucketSpecialize {
                 out.push(g);
                 continue;
             }
-            module.plans.remove(&g.name);
             module.buckets.remove(&g.name);
             for info in here {
                 let ng = new_graphs.next().expect("one new graph per bucket record");

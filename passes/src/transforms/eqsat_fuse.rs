@@ -170,6 +170,17 @@ fn unfused(
     })
 }
 
+/// The counters `eqsat-fuse` reports: fused ops formed, attention with a
+/// mask operand, candidates left unfused, and the e-graph runner's.
+pub fn statistics() -> Vec<&'static str> {
+    let formed = FORMED.iter().map(|(_, stat)| *stat);
+    formed
+        .chain(["attention-mask-operands"])
+        .chain(UNFUSED.iter().copied())
+        .chain(crate::eqsat::runner::STATISTICS.iter().copied())
+        .collect()
+}
+
 /// Records the fused ops formed and the candidates left unfused in `after`;
 /// each leftover is logged as a warning naming the node.
 fn record(before: &Graph, after: &Graph, stats: &mut Statistics) {

@@ -77,8 +77,9 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// is a graph output (the LM head); the embedding (`gather`), norms and
 /// residual adds are not matmuls and are never touched. Original
 /// weights that no graph references any more are removed from the module,
-/// so a package holds only the quantized form. Memory plans are dropped
-/// (the weights region changed): plan again after this pass.
+/// so a package holds only the quantized form. It invalidates the memory
+/// plans (the weights region changed), which the pass manager drops when
+/// this pass changes the module: plan again after it.
 ///
 /// Requires: a verified module whose quantized weights have data loaded.
 /// Fails, naming the graph and node, otherwise. Guarantees: a module that
@@ -308,9 +309,6 @@ impl Pass for Quantize {
             }
         }
         let changed = count.quantized + count.glus_split + count.glus_fused > 0;
-        if changed {
-            module.plans.clear();
-        }
         stats.add("matmuls-quantized", count.quantized);
         stats.add("matmuls-kept", count.kept);
         stats.add("glus-fused", count.glus_fused);
