@@ -176,6 +176,8 @@ pub enum Command {
     /// Print what a package contains: buckets, kernels, memory plan, estimates.
     #[command(after_long_help = REPORT_AFTER_HELP)]
     Report(ReportArgs),
+    /// List the registered passes: contract, phases, options with defaults, statistics.
+    Passes(PassesArgs),
 }
 
 fn opt_after_help() -> String {
@@ -183,6 +185,13 @@ fn opt_after_help() -> String {
         "Passes:\n{}\nExample:\n  slmcc opt model.slm --passes shape-infer,const-fold,dce,cse --verify-each",
         slmcc_passes::registry::describe_passes()
     )
+}
+
+#[derive(Args, Debug)]
+pub struct PassesArgs {
+    /// Print the Markdown table that `docs/ARCHITECTURE.md` holds.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Args, Debug)]

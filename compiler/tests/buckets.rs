@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{repo, run_pipeline, tokens, DECODERS};
+use common::{repo, run_pipeline, skip, tokens, DECODERS};
 use slmcc_ir::{Module, Tensor};
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::compare::diff;
@@ -92,12 +92,10 @@ fn padded_encoder_matches_unpadded_with_attention_mask() {
     let path = repo().join("testdata/generated/minilm.onnx");
     if !path.exists() {
         // Assembled on demand by testdata/models/minilm.py (scripts/test does it).
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{} is missing (run scripts/test)",
-            path.display()
+        skip(
+            "padded MiniLM bucket",
+            &format!("{} is absent (scripts/test assembles it)", path.display()),
         );
-        eprintln!("skipping: {} is absent (run scripts/test)", path.display());
         return;
     }
     let mut symbolic = slmcc::onnx::import_model(&path).unwrap();

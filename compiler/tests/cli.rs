@@ -173,6 +173,42 @@ fn bad_pipelines_are_rejected_with_valid_names() {
     );
 }
 
+/// The pass table of `docs/ARCHITECTURE.md` is `slmcc passes --markdown`;
+/// `SLMCC_BLESS=1` rewrites it.
+#[test]
+fn docs_pass_table_is_the_registry() {
+    const DOC: &str = "docs/ARCHITECTURE.md";
+    const BEGIN: &str = "<!-- begin pass-table -->\n";
+    const END: &str = "<!-- end pass-table -->";
+    let o = slmcc(&["passes", "--markdown"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    common::check_generated_doc(DOC, BEGIN, END, &table);
+}
+
+#[test]
+fn passes_lists_every_pass_with_phases_options_and_statistics() {
+    let o = slmcc(&["passes"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for name in slmcc_passes::registry::pass_names() {
+        assert!(
+            out.contains(&format!("  {name} ")),
+            "{name} missing:\n{out}"
+        );
+    }
+    assert!(out.contains("max-elements=<int >= 0>"), "{out}");
+    assert!(out.contains("(default 65536)"), "{out}");
+    assert!(
+        out.contains("statistics: graphs-planned, arena-bytes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("requires bucketed or planned; when it changes the module, invalidates nothing; leaves the module planned"),
+        "{out}"
+    );
+}
+
 #[test]
 fn failing_pass_names_file_and_node() {
     expect_bad_input(

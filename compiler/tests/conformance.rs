@@ -2,39 +2,34 @@
 //! in `testdata/onnx_conformance/manifest.txt`. The tests are generated from
 //! the pinned `onnx` package by `scripts/test` (which sets
 //! `SLMCC_ONNX_NODE_TESTS`); every listed test must pass, on the
-//! reference evaluation and on the cpu backend.
+//! reference evaluation, the cpu backend and the npu-sim backend.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use common::{repo, skip};
 
-/// The generated node tests, or `None` (and a message) when they are absent
-/// outside CI. In CI their absence is a failure.
-fn node_tests() -> Option<PathBuf> {
-    match std::env::var_os("SLMCC_ONNX_NODE_TESTS") {
-        Some(p) => Some(PathBuf::from(p)),
-        None if std::env::var_os("CI").is_some() => {
-            panic!("SLMCC_ONNX_NODE_TESTS is not set: run the tests through scripts/test")
-        }
-        None => {
-            eprintln!(
-                "skipping ONNX conformance: SLMCC_ONNX_NODE_TESTS not set (run scripts/test)"
-            );
-            None
-        }
+/// The generated node tests, or `None` after a [`skip`] when they are
+/// absent.
+fn node_tests(what: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("SLMCC_ONNX_NODE_TESTS").map(PathBuf::from);
+    if dir.is_none() {
+        skip(
+            what,
+            "SLMCC_ONNX_NODE_TESTS is not set (scripts/test generates the node tests and sets it)",
+        );
     }
+    dir
 }
 
 /// Runs the manifest's node tests on `backend`; asserts that every one
 /// passes and that the manifest covers at least 250 tests.
 fn manifest_passes_on(backend: &str) {
-    let Some(dir) = node_tests() else { return };
+    let Some(dir) = node_tests(&format!("ONNX conformance on {backend}")) else {
+        return;
+    };
     let manifest = repo().join("testdata/onnx_conformance/manifest.txt");
     let out = Command::new(env!("CARGO_BIN_EXE_slmcc"))
         .args(["onnx-test", "--backend", backend, "--manifest"])
@@ -73,4 +68,13 @@ fn manifest_node_tests_pass_on_reference() {
 #[test]
 fn manifest_node_tests_pass_on_cpu() {
     manifest_passes_on("cpu");
+}
+
+/// The same list through the npu-sim kernel set, what an rk3588 package
+/// runs: the simulated NPU programs for what the placement rules give the
+/// NPU (these graphs are not quantized, so that is the RMS norms and
+/// attention of static shape), the CPU kernels for the rest.
+#[test]
+fn manifest_node_tests_pass_on_npu_sim() {
+    manifest_passes_on("npu-sim");
 }

@@ -8,6 +8,7 @@ mod import;
 mod load;
 mod onnx_test;
 mod opt;
+mod passes;
 mod report;
 mod run;
 mod tokenize;
@@ -26,5 +27,6 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::OnnxTest(args) => onnx_test::run(args),
         Command::Golden(args) => golden::run(args),
         Command::Report(args) => report::run(args),
+        Command::Passes(args) => passes::run(args),
     }
 }

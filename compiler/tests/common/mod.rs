@@ -7,6 +7,39 @@ use std::process::{Command, Output};
 
 use slmcc_ir::Module;
 
+/// Says that `what` did not run because `reason`: on stderr past the test
+/// harness's capture (so a passing `cargo test` still shows a `SKIP` line).
+/// Under `SLMCC_REQUIRE_ALL=1`, which `scripts/test` (and so CI) sets, a
+/// skip is a failure instead: there every input is provided, and a test
+/// that does not run must not pass.
+pub fn skip(what: &str, reason: &str) {
+    use std::io::Write as _;
+    if std::env::var_os("SLMCC_REQUIRE_ALL").is_some_and(|v| v != "0") {
+        panic!("{what} cannot run: {reason} (SLMCC_REQUIRE_ALL is set: no test may be skipped)");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIP {what}: {reason}");
+}
+
+/// Checks that the part of the repository file `doc` between the lines
+/// `begin` and `end` is `generated`, or with `SLMCC_BLESS=1` rewrites it
+/// (for tables in the docs that the code generates).
+pub fn check_generated_doc(doc: &str, begin: &str, end: &str, generated: &str) {
+    let path = repo().join(doc);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{doc}: {e}"));
+    let (Some(b), Some(e)) = (text.find(begin), text.find(end)) else {
+        panic!("{doc}: no `{begin}` ... `{end}` markers");
+    };
+    if text[b + begin.len()..e] == *generated {
+        return;
+    }
+    if std::env::var_os("SLMCC_BLESS").is_some() {
+        let new = format!("{}{begin}{generated}{}", &text[..b], &text[e..]);
+        std::fs::write(&path, new).unwrap();
+        return;
+    }
+    panic!("{doc}: the generated part differs (rerun with SLMCC_BLESS=1):\n{generated}");
+}
+
 /// Runs `slmcc` from the repository root.
 pub fn slmcc(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_slmcc"))

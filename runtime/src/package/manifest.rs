@@ -41,7 +41,7 @@ pub struct VersionSet {
     /// `slmcc 0.1.0`.
     #[prost(string, tag = "1")]
     pub compiler: String,
-    /// The target: `cpu` (later `rk3588`).
+    /// The target: `cpu` or `rk3588`.
     #[prost(string, tag = "2")]
     pub target: String,
     /// The kernel library the kernels (or the runtime's JIT) implement
