@@ -112,14 +112,14 @@ pub fn run_graph_npu_sim(
 ) -> Result<(RunResult, NpuRecords), RunError> {
     let mut records = NpuRecords::default();
     let result = run_specialized(module, graph, inputs, capture, |special, g| {
+        let fail = |message: String| RunError {
+            graph: graph.name.clone(),
+            node: None,
+            message,
+        };
+        let cpu = JitKernels::compile(g, options).map_err(|e| fail(e.to_string()))?;
         let kernels =
-            NpuSimKernels::new(special, g, target, options, None, ops).map_err(|message| {
-                RunError {
-                    graph: graph.name.clone(),
-                    node: None,
-                    message,
-                }
-            })?;
+            NpuSimKernels::new(special, g, target, Box::new(cpu), None, ops).map_err(fail)?;
         records = kernels.records();
         Ok(kernels)
     })?;

@@ -19,13 +19,11 @@ use std::sync::Arc;
 use slmcc_backends::cpu::{CpuError, CpuOptions};
 use slmcc_ir::{Graph, MemoryPlan, Module, Tensor};
 
-use slmcc_backends::cpu::emit::{
-    status_message, STATUS_CONTEXT_FULL, STATUS_DIVISION_BY_ZERO, STATUS_INDEX_OUT_OF_RANGE,
-};
 use slmcc_backends::cpu::{JitProgram, KernelFn};
 
-use crate::exec::{ExecError, Executor, Kernel, KernelArgs, KernelError, KernelSet};
+use crate::exec::{ExecError, Executor, Kernel, KernelSet};
 use crate::interp::{Capture, RunError, RunResult};
+use crate::native::native_kernel;
 
 /// Runs `graph` of `module` (every shape static) once with `kernels` on
 /// the executor over [`MemoryPlan::unshared`]; the inputs must have the
@@ -108,10 +106,6 @@ pub fn run_static(
     })
 }
 
-/// Most operands and results a kernel of [`JitKernels`] passes without
-/// allocating (the pointer array lives on the stack).
-const MAX_BUFFERS: usize = 32;
-
 /// The cpu backend's kernels of one graph (static shapes), for the executor
 /// over a memory plan. Each kernel keeps the JIT code alive.
 pub struct JitKernels {
@@ -141,34 +135,9 @@ impl KernelSet for JitKernels {
             .by_node
             .get(&node)
             .ok_or_else(|| format!("node {node} was not compiled"))?;
-        let program = self.program.clone();
-        Ok(Box::new(move |args: &KernelArgs<'_>| {
-            let _alive = &program;
-            let n = args.inputs.len() + args.outputs.len();
-            if n > MAX_BUFFERS {
-                return Err(KernelError(
-                    "more operands than the cpu kernel adapter passes",
-                ));
-            }
-            let mut ptrs = [std::ptr::null_mut::<u8>(); MAX_BUFFERS];
-            for (p, t) in ptrs.iter_mut().zip(args.inputs.iter().chain(args.outputs)) {
-                *p = t.ptr;
-            }
-            // SAFETY: the kernel was compiled for this node's static shapes;
-            // the executor passes one valid pointer per operand and result
-            // (in-place results alias their operand exactly, which the
-            // element-wise and copy kernels allow: each element is read
-            // before it is written); `program` keeps the code alive.
-            match unsafe { f(ptrs.as_ptr()) } as i64 {
-                0 => Ok(()),
-                STATUS_INDEX_OUT_OF_RANGE => Err(KernelError("index out of range")),
-                STATUS_CONTEXT_FULL => Err(KernelError(status_message(STATUS_CONTEXT_FULL))),
-                STATUS_DIVISION_BY_ZERO => {
-                    Err(KernelError(status_message(STATUS_DIVISION_BY_ZERO)))
-                }
-                _ => Err(KernelError("cpu kernel failed")),
-            }
-        }))
+        // SAFETY: the JIT compiled `f` for this node's static shapes, and
+        // the program it lives in is kept alive by the kernel.
+        Ok(unsafe { native_kernel(f, self.program.clone()) })
     }
 }
 

@@ -13,8 +13,10 @@
 //! KV cache ([`decode`]), and the NPU simulator ([`npu_sim`]: our NPU ISA
 //! executed bit-exactly with the cycle model of `docs/NPU_ISA.md`) with the
 //! NPU part of a graph on it beside the CPU kernels ([`npu`], `--backend
-//! npu-sim`). The loader of AOT kernels is to come.
+//! npu-sim`), and the loader of a package's ahead-of-time kernel objects
+//! ([`aot`]: no compiler at load).
 
+pub mod aot;
 pub mod bind;
 pub mod bucket;
 pub mod compare;
@@ -23,6 +25,7 @@ pub mod estimate;
 pub mod exec;
 pub mod interp;
 pub mod jit;
+pub mod native;
 pub mod npu;
 pub mod npu_sim;
 pub mod npy;

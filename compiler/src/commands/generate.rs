@@ -16,11 +16,10 @@ use slmcc_ir::{Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
-use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npy;
 use slmcc_runtime::sample::{Sampler, Sampling};
 
-use super::load::{is_rk3588, npu_sim_kernels, Backend, Loaded};
+use super::load::{cpu_kernels, is_rk3588, npu_sim_kernels, Backend, Loaded};
 use super::tokenize::Tokenizer;
 use crate::cli::{BackendArg, GenerateArgs, QuantScheme};
 use crate::exit::CmdResult;
@@ -116,33 +115,37 @@ fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
     let cpu = args.threads.cpu_options();
     match backend {
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
-        Backend::Cpu => planned_decoder(&module, &cpu, None).map_err(|e| at(&e)),
+        Backend::Cpu => planned_decoder(&module, &cpu, package.as_ref(), None).map_err(|e| at(&e)),
         Backend::NpuSim(ops) => {
-            let pkg = package.as_ref().filter(|p| is_rk3588(p));
-            planned_decoder(&module, &cpu, Some((pkg, ops))).map_err(|e| at(&e))
+            planned_decoder(&module, &cpu, package.as_ref(), Some(ops)).map_err(|e| at(&e))
         }
     }
 }
 
-/// The planned decoder over every bucket graph of `module`: cpu kernels,
-/// or with `npu` the NPU nodes of the kinds given on the simulator (the
-/// programs of an rk3588 package when given).
+/// The planned decoder over every bucket graph of `module`: cpu kernels
+/// (a package's objects for this machine when it has them), or with `npu`
+/// the NPU nodes of the kinds given on the simulator (the programs of an
+/// rk3588 package when given).
 fn planned_decoder(
     module: &Module,
     options: &CpuOptions,
-    npu: Option<(Option<&Package>, NpuOps)>,
+    package: Option<&Package>,
+    npu: Option<NpuOps>,
 ) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
     let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let fail =
             |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
-        Ok(if let Some((pkg, ops)) = npu {
-            Box::new(npu_sim_kernels(module, g, pkg, &target, options, ops).map_err(|e| fail(&e))?)
-        } else {
-            Box::new(
-                JitKernels::compile(g, options).map_err(|e| fail(&format!("cpu backend: {e}")))?,
-            )
+        Ok(match npu {
+            Some(ops) => {
+                let programs = package.filter(|p| is_rk3588(p));
+                Box::new(
+                    npu_sim_kernels(module, g, programs, &target, options, ops)
+                        .map_err(|e| fail(&e))?,
+                )
+            }
+            None => cpu_kernels(g, package, options).map_err(|e| fail(&e))?,
         })
     };
     Decoder::planned(module, &graphs, &kernels)

@@ -11,6 +11,9 @@ use slmcc_backends::npu::Target;
 use slmcc_ir::placement::NpuOps;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
+use slmcc_runtime::aot::{host_triple, AotKernels};
+use slmcc_runtime::exec::KernelSet;
+use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npu::{NodeRecord, NpuSimKernels};
 use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::{Package, TARGET_RK3588};
@@ -162,7 +165,8 @@ pub fn is_rk3588(pkg: &Package) -> bool {
 }
 
 /// The NPU kernels of bucket graph `g` for `npu-sim` (the kinds `ops`
-/// allows): the programs stored in `pkg` when given, else emitted now.
+/// allows): the programs stored in `pkg` when given, else emitted now; the
+/// other nodes on [`cpu_kernels`].
 pub fn npu_sim_kernels(
     module: &Module,
     g: &Graph,
@@ -175,7 +179,41 @@ pub fn npu_sim_kernels(
         .map(|p| p.npu_programs(&g.name))
         .transpose()
         .map_err(|e| e.to_string())?;
-    NpuSimKernels::new(module, g, target, options, stored.as_ref(), ops)
+    let cpu = cpu_kernels(g, pkg, options)?;
+    NpuSimKernels::new(module, g, target, cpu, stored.as_ref(), ops)
+}
+
+/// The CPU kernels of bucket graph `g`: the kernels of `pkg`'s object for
+/// this graph when it carries one for this machine (loaded, no compiler
+/// runs: the board's path), else the JIT's, compiled with `options`.
+pub fn cpu_kernels(
+    g: &Graph,
+    pkg: Option<&Package>,
+    options: &CpuOptions,
+) -> Result<Box<dyn KernelSet>, String> {
+    let object = pkg.and_then(|p| {
+        let b = p.manifest.buckets.iter().find(|b| b.graph == g.name)?;
+        let k = b.kernels.as_ref()?;
+        (Some(k.triple.as_str()) == host_triple()).then_some(k)
+    });
+    if let Some(k) = object {
+        let symbols: Vec<(usize, String)> = k
+            .symbols
+            .iter()
+            .map(|s| (s.node as usize, s.symbol.clone()))
+            .collect();
+        let loaded = AotKernels::load(&k.object, &symbols)
+            .map_err(|e| format!("the package's {} kernels: {e}", k.triple))?;
+        tracing::info!(
+            graph = %g.name,
+            kernels = symbols.len(),
+            "loaded the package's {} kernels (no compilation)",
+            k.triple
+        );
+        return Ok(Box::new(loaded));
+    }
+    let jit = JitKernels::compile(g, options).map_err(|e| format!("cpu backend: {e}"))?;
+    Ok(Box::new(jit))
 }
 
 /// Logs what the simulator counted (an estimate of the model, not a

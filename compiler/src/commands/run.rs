@@ -10,14 +10,13 @@ use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::exec::{ExecError, KernelSet};
-use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::package::Package;
 use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels, prepare_quantized,
-    read_tensor, Backend, Loaded,
+    cpu_kernels, entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels,
+    prepare_quantized, read_tensor, Backend, Loaded,
 };
 use crate::cli::{BackendArg, QuantScheme, RunArgs};
 use crate::exit::CmdResult;
@@ -38,7 +37,6 @@ pub fn run(args: RunArgs) -> CmdResult {
         mut module,
         package,
     } = loaded;
-    let pkg = package.as_ref().filter(|p| is_rk3588(p));
     let quant = args.quant.get(QuantScheme::None)?;
     if is_package && args.quant.quant.is_some() {
         return Err(anyhow!(
@@ -48,7 +46,14 @@ pub fn run(args: RunArgs) -> CmdResult {
         .into());
     }
     let result = if args.buckets.is_some() || !module.buckets.is_empty() {
-        run_bucketed(&mut module, pkg, backend, quant, &args, &inputs)?
+        run_bucketed(
+            &mut module,
+            package.as_ref(),
+            backend,
+            quant,
+            &args,
+            &inputs,
+        )?
     } else {
         prepare_quantized(&mut module, quant, &args.model)?;
         let graph = entry_graph(&module)?;
@@ -191,15 +196,13 @@ fn run_bucketed(
                 };
                 Ok(match backend {
                     Backend::NpuSim(ops) => {
-                        let k = npu_sim_kernels(module, g, pkg, &target, &options, ops)
+                        let programs = pkg.filter(|p| is_rk3588(p));
+                        let k = npu_sim_kernels(module, g, programs, &target, &options, ops)
                             .map_err(fail)?;
                         *records.borrow_mut() = Some(k.records());
                         Box::new(k)
                     }
-                    _ => Box::new(
-                        JitKernels::compile(g, &options)
-                            .map_err(|e| fail(format!("cpu backend: {e}")))?,
-                    ),
+                    _ => cpu_kernels(g, pkg, &options).map_err(fail)?,
                 })
             };
             let mut planned =

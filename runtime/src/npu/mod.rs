@@ -21,7 +21,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use slmcc_backends::cpu::{CpuError, CpuOptions};
 use slmcc_backends::npu::kernels::attention::{AttentionLayout, AttentionPlan};
 use slmcc_backends::npu::kernels::qmatmul::QMatmulLayout;
 use slmcc_backends::npu::kernels::rms_norm::{RmsNormLayout, RmsNormPlan};
@@ -32,7 +31,6 @@ use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
-use crate::jit::JitKernels;
 use crate::npu_sim::{NpuSim, SimStats};
 
 /// What an NPU node's program was planned from.
@@ -289,16 +287,17 @@ impl LoadedNode {
 }
 
 /// A graph's kernels for the executor: the NPU nodes on the simulator, the
-/// rest on the JIT.
+/// rest on the CPU kernels given (the JIT's, or a package's object).
 pub struct NpuSimKernels {
-    jit: JitKernels,
+    cpu: Box<dyn KernelSet>,
     npu: HashMap<usize, Rc<RefCell<LoadedNode>>>,
     records: NpuRecords,
 }
 
 impl NpuSimKernels {
-    /// Compiles the CPU nodes of `graph` (a bucket graph of `module`) and
-    /// loads its NPU nodes (of the kinds `ops` allows) with their weights.
+    /// Loads the NPU nodes of `graph` (a bucket graph of `module`; the
+    /// kinds `ops` allows) with their weights; the other nodes run on
+    /// `cpu`, the graph's CPU kernels.
     /// With `stored` (a package's programs,
     /// [`crate::package::Package::npu_programs`]) every NPU node runs the
     /// program stored for it, which must exist; otherwise the programs are
@@ -307,12 +306,11 @@ impl NpuSimKernels {
         module: &Module,
         graph: &Graph,
         target: &Target,
-        options: &CpuOptions,
+        cpu: Box<dyn KernelSet>,
         stored: Option<&HashMap<usize, Program>>,
         ops: NpuOps,
     ) -> Result<NpuSimKernels, String> {
         let nodes = plan_graph_with(graph, target, ops)?;
-        let jit = JitKernels::compile(graph, options).map_err(|e: CpuError| e.to_string())?;
         let mut npu = HashMap::new();
         for mut node in nodes {
             let i = node.node;
@@ -329,7 +327,7 @@ impl NpuSimKernels {
             npu.insert(i, Rc::new(RefCell::new(loaded)));
         }
         Ok(NpuSimKernels {
-            jit,
+            cpu,
             npu,
             records: NpuRecords::default(),
         })
@@ -344,7 +342,7 @@ impl NpuSimKernels {
 impl KernelSet for NpuSimKernels {
     fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String> {
         let Some(loaded) = self.npu.get(&node) else {
-            return self.jit.kernel(graph, node);
+            return self.cpu.kernel(graph, node);
         };
         let loaded = loaded.clone();
         let records = self.records.clone();
