@@ -34,6 +34,11 @@ pub enum WeightError {
     Weight { name: String, reason: String },
 }
 
+/// The name prefix of the padding tensors of
+/// [`WeightStore::to_safetensors_region`] (never a weight: `WeightStore::open`
+/// skips them).
+pub const PAD_PREFIX: &str = "__pad__.";
+
 /// Where a weight's bytes are.
 #[derive(Clone)]
 enum Data {
@@ -224,6 +229,7 @@ impl WeightStore {
         let decls = file
             .entries
             .into_iter()
+            .filter(|(name, _)| !name.starts_with(PAD_PREFIX))
             .map(|(name, e)| {
                 let data = Some(Data::Mapped {
                     map: file.map.clone(),
@@ -258,6 +264,30 @@ impl WeightStore {
     /// with spaces so that the data starts at a multiple of `align` bytes
     /// (a power of two, at least 8) from the start of the blob.
     pub fn to_safetensors(&self, align: usize) -> Result<Vec<u8>, WeightError> {
+        self.write_safetensors(align, false)
+    }
+
+    /// [`WeightStore::to_safetensors`] with every tensor also starting at a
+    /// multiple of `align` bytes from the data's start: each tensor is
+    /// followed by a `u8` padding tensor ([`PAD_PREFIX`] and its name) up
+    /// to the next multiple, so the blob stays valid safetensors (no holes)
+    /// and its data section is byte for byte the weights region the memory
+    /// planner lays out (name order, `align`-aligned offsets), which an
+    /// executor can then use in place.
+    pub fn to_safetensors_region(&self, align: usize) -> Result<Vec<u8>, WeightError> {
+        self.write_safetensors(align, true)
+    }
+
+    /// The mapping a weight's bytes lie in and their offset in it, when
+    /// the weight is mapped (not held).
+    pub fn mapped(&self, name: &str) -> Option<(&Arc<Mmap>, usize)> {
+        match self.decls.get(name)?.data.as_ref()? {
+            Data::Mapped { map, start, .. } => Some((map, *start)),
+            Data::Owned(_) => None,
+        }
+    }
+
+    fn write_safetensors(&self, align: usize, pad: bool) -> Result<Vec<u8>, WeightError> {
         assert!(align.is_power_of_two() && align >= 8, "alignment {align}");
         let mut header = serde_json::Map::new();
         let mut blobs: Vec<Vec<u8>> = Vec::new();
@@ -281,6 +311,19 @@ impl WeightStore {
             );
             offset += bytes.len();
             blobs.push(bytes);
+            let gap = offset.next_multiple_of(align) - offset;
+            if pad && gap > 0 {
+                header.insert(
+                    format!("{PAD_PREFIX}{name}"),
+                    serde_json::json!({
+                        "dtype": "U8",
+                        "shape": [gap],
+                        "data_offsets": [offset, offset + gap],
+                    }),
+                );
+                offset += gap;
+                blobs.push(vec![0; gap]);
+            }
         }
         let mut json = serde_json::to_vec(&serde_json::Value::Object(header))
             .expect("JSON of strings and numbers");
@@ -454,6 +497,31 @@ mod tests {
             vec![-8, 7, 1]
         );
         assert_eq!(back.bytes("w").unwrap().len(), 16);
+    }
+
+    #[test]
+    fn region_layout_aligns_every_tensor_and_stays_safetensors() {
+        let mut s = WeightStore::new();
+        s.insert("a", Tensor::from_f32(vec![3], vec![1.0, 2.0, 3.0]));
+        s.insert("b", Tensor::from_f32(vec![2], vec![4.0, 5.0]));
+        let blob = s.to_safetensors_region(64).unwrap();
+        let path = tmpdir("region").join("m.safetensors");
+        fs::write(&path, &blob).unwrap();
+        let back = WeightStore::open(&path).unwrap();
+        assert_eq!(back.len(), 2, "padding tensors are not weights");
+        let (_, a) = back.mapped("a").unwrap();
+        let (_, b) = back.mapped("b").unwrap();
+        assert_eq!(a % 64, 0);
+        assert_eq!(b - a, 64);
+        assert_eq!(
+            blob.len() - a,
+            128,
+            "the data section is the aligned region"
+        );
+        assert_eq!(
+            back.tensor("b").unwrap().unwrap().as_f32().unwrap(),
+            &[4.0, 5.0]
+        );
     }
 
     #[test]

@@ -13,14 +13,19 @@
 //!
 //! Kernels are backend business (the Cranelift CPU backend, the NPU
 //! simulator); this module fixes only the calling convention. The weights
-//! region is filled at load by copying from the module's weight store (for
-//! a package, from its memory-mapped weights blob, [`crate::package`]);
-//! using the mapping in place is still to come.
+//! region is used in place when the module's weights are mapped in exactly
+//! the plan's layout (a package's weights blob, [`crate::package`], is
+//! written that way): no copy, no allocation, the kernels read the mapped
+//! file (its pages are read-only, as the weights region is). Otherwise it
+//! is allocated and filled at load by copying from the weight store.
 
 use std::alloc::Layout;
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::rc::Rc;
+use std::sync::Arc;
+
+use memmap2::Mmap;
 
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{DType, Graph, MemoryPlan, Module, Op, Region, RegionSizes, ValueDef};
@@ -81,10 +86,12 @@ pub struct ExecError {
 }
 
 /// One region's memory: allocated zeroed and 64-byte aligned at load, freed
-/// on drop. Every access goes through the one raw pointer.
+/// on drop, or (the weights) bytes of a read-only mapping kept alive here.
+/// Every access goes through the one raw pointer.
 struct RegionBuf {
     ptr: NonNull<u8>,
     len: usize,
+    mapped: Option<Arc<Mmap>>,
 }
 
 impl RegionBuf {
@@ -94,13 +101,37 @@ impl RegionBuf {
             return Ok(RegionBuf {
                 ptr: NonNull::<[u8; 64]>::dangling().cast(),
                 len,
+                mapped: None,
             });
         }
         let layout = Layout::from_size_align(len, 64).map_err(|e| e.to_string())?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or_else(|| format!("cannot allocate {len} bytes"))?;
-        Ok(RegionBuf { ptr, len })
+        Ok(RegionBuf {
+            ptr,
+            len,
+            mapped: None,
+        })
+    }
+
+    /// `len` bytes of `map` from `start` (checked to lie inside it and to be
+    /// 64-byte aligned), used in place.
+    fn mapped(map: Arc<Mmap>, start: usize, len: usize) -> Option<RegionBuf> {
+        let end = start.checked_add(len)?;
+        if end > map.len() || len == 0 {
+            return None;
+        }
+        // The mapping outlives the pointer: `mapped` keeps it. Kernels
+        // never write the weights region.
+        let ptr = NonNull::new(map[start..].as_ptr().cast_mut())?;
+        (ptr.as_ptr() as usize)
+            .is_multiple_of(64)
+            .then_some(RegionBuf {
+                ptr,
+                len,
+                mapped: Some(map),
+            })
     }
 
     fn at(&self, offset: usize) -> *mut u8 {
@@ -112,12 +143,37 @@ impl RegionBuf {
 
 impl Drop for RegionBuf {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.len > 0 && self.mapped.is_none() {
             let layout = Layout::from_size_align(self.len, 64).expect("made at load");
             // SAFETY: allocated in `new` with this layout.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
     }
+}
+
+/// The module's weights mapping as graph `g`'s weights region, when every
+/// weight `g` uses is mapped (one mapping) at exactly its planned offset
+/// from one 64-byte aligned start, and the region fits in the mapping.
+fn mapped_weights(module: &Module, g: &Graph, plan: &MemoryPlan) -> Option<RegionBuf> {
+    let len = plan.regions.get(Region::Weights) as usize;
+    let mut found: Option<(&Arc<Mmap>, usize)> = None;
+    for (_, v) in g.values() {
+        let ValueDef::Weight(name) = &v.def else {
+            continue;
+        };
+        let Some(t) = plan.get(&v.name, true) else {
+            continue;
+        };
+        let (map, at) = module.weights.mapped(name)?;
+        let start = at.checked_sub(t.offset as usize)?;
+        match found {
+            None => found = Some((map, start)),
+            Some((m, s)) if Arc::ptr_eq(m, map) && s == start => {}
+            Some(_) => return None,
+        }
+    }
+    let (map, start) = found?;
+    RegionBuf::mapped(map.clone(), start, len)
 }
 
 /// A graph input or output and its slot.
@@ -226,10 +282,15 @@ impl Executor {
                     }
                     Ok(buf.clone())
                 }
+                _ if r == Region::Weights => Ok(Rc::new(
+                    mapped_weights(module, g, plan)
+                        .map_or_else(|| RegionBuf::new(plan.regions.get(r) as usize), Ok)?,
+                )),
                 _ => RegionBuf::new(plan.regions.get(r) as usize).map(Rc::new),
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|m| err(None, m))?;
+        let weights_in_place = regions[region_index(Region::Weights)].mapped.is_some();
 
         // Where each value lives.
         let mut place: Vec<Option<(Region, usize)>> = vec![None; g.value_count()];
@@ -256,6 +317,9 @@ impl Executor {
         };
 
         for (id, v) in g.values() {
+            if weights_in_place {
+                break;
+            }
             if let (ValueDef::Weight(name), Some(_)) = (&v.def, place[id.index()]) {
                 let t = module
                     .weights
@@ -319,6 +383,12 @@ impl Executor {
     }
 
     /// The bytes held per region (allocated once at load).
+    /// Whether the weights region is the module's weights mapping used in
+    /// place (no copy at load).
+    pub fn weights_in_place(&self) -> bool {
+        self.regions[region_index(Region::Weights)].mapped.is_some()
+    }
+
     pub fn region_sizes(&self) -> RegionSizes {
         self.sizes
     }

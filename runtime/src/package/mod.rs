@@ -163,7 +163,7 @@ pub fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
 /// The weights blob of a module, as a package carries it.
 pub fn weights_blob(weights: &WeightStore) -> Result<Vec<u8>, String> {
     weights
-        .to_safetensors(WEIGHTS_ALIGN)
+        .to_safetensors_region(WEIGHTS_ALIGN)
         .map_err(|e| e.to_string())
 }
 
@@ -520,6 +520,38 @@ module @m {
         let path = dir.join("m.slmpkg");
         std::fs::write(&path, bytes).unwrap();
         path
+    }
+
+    /// A package's weights region is its mapped blob, used in place, and
+    /// runs as the copied one does; a module whose weights are held in
+    /// memory gets a copied region.
+    #[test]
+    fn the_weights_region_is_the_mapped_blob() {
+        use crate::exec::Executor;
+        use crate::jit::JitKernels;
+        use slmcc_backends::cpu::CpuOptions;
+        let m = planned();
+        let bytes = encode(
+            &manifest(&m, RUNTIME_ABI),
+            &weights_blob(&m.weights).unwrap(),
+        );
+        let path = write("zero-copy", &bytes);
+        let pkg = Package::open(&path).unwrap();
+        let mapped = pkg.module().unwrap();
+        let g = mapped.graph("main_4").unwrap();
+        let kernels = JitKernels::compile(g, &CpuOptions::exact()).unwrap();
+        let mut in_place = Executor::load(&mapped, "main_4", &kernels).unwrap();
+        let mut copied = Executor::load(&m, "main_4", &kernels).unwrap();
+        assert!(in_place.weights_in_place());
+        assert!(!copied.weights_in_place());
+        for e in [&mut in_place, &mut copied] {
+            let x = e.input_mut(0);
+            for (i, b) in x.chunks_mut(4).enumerate() {
+                b.copy_from_slice(&(i as f32 * 0.25 - 1.0).to_le_bytes());
+            }
+            e.run().unwrap();
+        }
+        assert_eq!(in_place.output(0), copied.output(0));
     }
 
     #[test]
