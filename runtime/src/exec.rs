@@ -270,6 +270,18 @@ impl Executor {
         let regions = Region::ALL
             .iter()
             .map(|&r| match shared {
+                // A mapped weights region is shared only when this graph's
+                // weights lie in it at their planned offsets too; else
+                // this graph gets a copy of its own.
+                Some(other)
+                    if r == Region::Weights
+                        && other.weights_in_place()
+                        && g.values().any(|(_, v)| matches!(v.def, ValueDef::Weight(_)))
+                        && mapped_weights(module, g, plan)
+                            .is_none_or(|m| m.ptr != other.regions[region_index(r)].ptr) =>
+                {
+                    RegionBuf::new(plan.regions.get(r) as usize).map(Rc::new)
+                }
                 Some(other) if SHARED.contains(&r) => {
                     let buf = &other.regions[region_index(r)];
                     if buf.len != plan.regions.get(r) as usize {
