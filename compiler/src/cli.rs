@@ -126,10 +126,20 @@ pub struct ThreadsArgs {
     /// large ones); other kernels run on one thread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=slmcc_backends::cpu::MAX_THREADS as i64))]
     pub threads: u16,
+    /// Run the process's threads only on these cores (`4-7`, `0,2`): on the
+    /// RK3588 the Cortex-A76 cores are 4-7.
+    #[arg(long, value_name = "CORES", value_parser = crate::commands::pin::Cores::parse)]
+    pub pin_cores: Option<crate::commands::pin::Cores>,
 }
 
 impl ThreadsArgs {
     /// The cpu backend's default options with this thread count.
+    /// Applies `--pin-cores`, if given (before any kernel or worker thread
+    /// exists).
+    pub fn pin(&self) -> anyhow::Result<()> {
+        self.pin_cores.map_or(Ok(()), |c| c.pin())
+    }
+
     pub fn cpu_options(&self) -> slmcc_backends::cpu::CpuOptions {
         slmcc_backends::cpu::CpuOptions {
             threads: self.threads.into(),

@@ -27,6 +27,7 @@ use slmcc::pipeline::{BucketSpec, Pipeline};
 use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
+    args.threads.pin()?;
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,

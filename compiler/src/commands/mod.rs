@@ -9,6 +9,7 @@ mod load;
 mod onnx_test;
 mod opt;
 mod passes;
+pub mod pin;
 mod report;
 mod run;
 mod tokenize;

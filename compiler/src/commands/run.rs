@@ -22,6 +22,7 @@ use crate::cli::{BackendArg, QuantScheme, RunArgs};
 use crate::exit::CmdResult;
 
 pub fn run(args: RunArgs) -> CmdResult {
+    args.threads.pin()?;
     let is_package = args.model.extension().is_some_and(|e| e == "slmpkg");
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for spec in &args.input {
