@@ -109,6 +109,7 @@ fn main() {
         fast_math: !std::env::args().any(|a| a == "libm"),
         fma: !std::env::args().any(|a| a == "nofma"),
         host_gemm: true,
+        host_qgemm: true,
         threads: 1,
     };
     println!("best of 15 rounds, {options:?}");

@@ -609,6 +609,7 @@ fn fast_exp_sweep() {
             fma: false,
             fast_math: true,
             host_gemm: false,
+            host_qgemm: false,
             threads: 1,
         },
     ] {

@@ -4,13 +4,15 @@
 //! `K`), activation rows of every kind the quantization treats specially
 //! (all zeros, all equal, all negative, holding NaN or an infinity, exact
 //! half steps), weights as module weights (packed two per byte for `i4`)
-//! and as graph inputs, with the exact and the default options (the
-//! kernel uses no FMA, so both are exact).
+//! and as graph inputs, with the exact options (the generated kernel) and
+//! the default ones (the runtime's `slmcc_qgemm` where the host has a
+//! dot-product path, else the generated kernel): both are exact.
 //!
 //! `qswiglu` (the same kernel code, two products and the SiLU gate) on the
 //! same operands, two weights and the fused gate/up weight: bit for bit
 //! with the exact options, within 1e-6 relative per element with the
-//! default ones (the inline vector sigmoid).
+//! default ones (the generated kernel's inline vector sigmoid;
+//! `slmcc_qgemm` is exact).
 
 mod common;
 

@@ -52,6 +52,7 @@ const fn host(threads: usize) -> CpuOptions {
         fma: true,
         fast_math: true,
         host_gemm: true,
+        host_qgemm: true,
         threads,
     }
 }
@@ -60,6 +61,7 @@ const GENERATED: CpuOptions = CpuOptions {
     fma: true,
     fast_math: true,
     host_gemm: false,
+    host_qgemm: false,
     threads: 1,
 };
 

@@ -110,6 +110,18 @@ struct Args {
     /// Also time every kernel of the decode graph and print a breakdown.
     #[arg(long)]
     profile: bool,
+    /// slmcc's weight schemes, each a decoder of its own: `none` (f32),
+    /// `w8a8`, `w4a8` (`slmcc compile --quant`; INT4 groups of
+    /// `--quant-group`).
+    #[arg(long, value_delimiter = ',', default_value = "none,w8a8,w4a8")]
+    quant: Vec<String>,
+    /// The INT4 group of slmcc's `w4a8`.
+    #[arg(long, default_value_t = 32)]
+    quant_group: usize,
+    /// Skip onnxruntime's 4-bit model (`MatMulNBits`, made by
+    /// `bench/ort_quantize_q4.py` with blocks of `--quant-group`).
+    #[arg(long)]
+    no_ort_q4: bool,
     /// The repository root (where testdata/ is).
     #[arg(long, default_value = ".")]
     root: PathBuf,
@@ -166,10 +178,10 @@ fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!("measuring memory bandwidth again...");
     let bw = first.best(&Bandwidth::measure(args.bandwidth_mib, args.threads)?);
     for r in &mut rows {
-        r.roofline_ms = r.weights.per_step as f64 / bw.roofline() * 1e3;
+        r.bandwidth = bw.roofline();
         // A buffer smaller than the DDR test's never reads slower but in
         // a slow spell of the machine.
-        r.reread_ms = r.reread_ms.min(r.roofline_ms);
+        r.reread = r.reread.max(r.bandwidth);
     }
 
     println!(
@@ -209,6 +221,10 @@ fn run(args: &Args) -> anyhow::Result<()> {
         ort_version.as_deref().unwrap_or("(not run)"),
         args.threads,
     );
+    println!(
+        "slmcc w8a8/w4a8: `--quant` weights (INT4 groups of {g}; the LM head kept f32),          activations INT8 per token; onnxruntime 4-bit: MatMulNBits by its own          MatMulNBitsQuantizer (symmetric, blocks of {g}; bench/ort_quantize_q4.py).          \"of DDR roofline\": the engine's own weight bytes per step (onnxruntime 4-bit:          estimated as half a byte per weight plus a scale per block) over the DRAM read          bandwidth; \"time / ORT\": median step time over onnxruntime's (below 1: faster)",
+        g = args.quant_group
+    );
     println!();
     print_table(&rows);
     for n in &notes {
@@ -224,15 +240,35 @@ fn run(args: &Args) -> anyhow::Result<()> {
 /// One model's results.
 struct Row {
     model: String,
+    /// The f32 model's weights (the roofline's bytes).
     weights: WeightBytes,
     kv: KvBytes,
-    roofline_ms: f64,
-    /// The weights over the bandwidth of re-reading a buffer of their size.
-    reread_ms: f64,
-    slmcc: Stats,
-    ort: Result<Stats, String>,
+    /// The bandwidth of DRAM reads (bytes/s), once measured.
+    bandwidth: f64,
+    /// The bandwidth of re-reading a buffer of the f32 weights' size.
+    reread: f64,
+    /// slmcc per weight scheme, then onnxruntime f32 and 4-bit.
+    engines: Vec<Engine>,
     ort_version: Option<String>,
+}
+
+/// One engine's steps on one model.
+struct Engine {
+    label: String,
+    /// Weight bytes one step reads.
+    per_step: u64,
+    stats: Result<Stats, String>,
+    /// Its greedy tokens against the reference engine's (slmcc f32 for
+    /// slmcc's schemes and onnxruntime f32; onnxruntime f32 for its 4-bit).
     agree: String,
+    /// onnxruntime f32 or 4-bit (the ratios' denominators).
+    ort: Option<OrtKind>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OrtKind {
+    F32,
+    Q4,
 }
 
 fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, Option<String>)> {
@@ -277,118 +313,245 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
         bail!("--max-context {context} is shorter than prompt + steps ({longest})");
     }
 
-    let (module, weights) = prepare(&plain, args)?;
-    let mut decoder = planned_decoder(&module, args.threads, None)
-        .map_err(|e| anyhow!("{}: {e}", plain.display()))?;
-    let vocab = decoder.vocab();
-    let kv = KvBytes::of(&module, args.prompt_len + steps / 2)?;
+    let mut variants = Vec::new();
+    for q in &args.quant {
+        let quant = quant_options(q, args.quant_group)?;
+        let (module, weights) = prepare(&plain, args, quant)?;
+        let decoder = planned_decoder(&module, args.threads, None)
+            .map_err(|e| anyhow!("{}: {e}", plain.display()))?;
+        variants.push((format!("slmcc cpu {q}"), module, weights, decoder));
+    }
+    let Some((_, module, weights, first)) = variants.first() else {
+        bail!("--quant names no scheme");
+    };
+    let vocab = first.vocab();
+    let kv = KvBytes::of(module, args.prompt_len + steps / 2)?;
+    let f32_weights = WeightBytes::of(&slmcc::onnx::import_model(&plain)?)?;
+    let _ = weights;
     let prompt = prompt_ids(args.prompt_len, vocab);
     // Measured before and after the rounds, the better kept.
-    let reread_before = reread_bandwidth(weights.per_step, args.threads);
+    let reread_before = reread_bandwidth(f32_weights.per_step, args.threads);
 
     let export = if name.ends_with("_h512") {
         "export_with_past.py --large"
     } else {
         "export_with_past.py"
     };
-    let ort_missing = if args.no_ort {
-        Some("skipped (--no-ort)".to_string())
+    let mut peers: Vec<(OrtKind, Result<PathBuf, String>)> = Vec::new();
+    if args.no_ort {
+        peers.push((OrtKind::F32, Err("skipped (--no-ort)".to_string())));
     } else if !past.is_file() {
-        Some(format!(
-            "no {} (made by testdata/models/{export}; scripts/bench-decode runs it)",
-            past.display()
-        ))
+        peers.push((
+            OrtKind::F32,
+            Err(format!(
+                "no {} (made by testdata/models/{export}; scripts/bench-decode runs it)",
+                past.display()
+            )),
+        ));
     } else {
-        None
-    };
-    let (mut slmcc_ms, mut ort_ms) = (Vec::new(), Vec::new());
-    let mut ort: Result<(), String> = ort_missing.map_or(Ok(()), Err);
-    let mut agree = None;
+        peers.push((OrtKind::F32, Ok(past.clone())));
+        if !args.no_ort_q4 {
+            peers.push((OrtKind::Q4, ort_q4_model(args, &past, name)));
+        }
+    }
+    let mut slmcc_ms = vec![Vec::new(); variants.len()];
+    let mut slmcc_tokens = vec![Vec::new(); variants.len()];
+    let mut ort_ms = vec![Vec::new(); peers.len()];
+    let mut ort_tokens = vec![Vec::new(); peers.len()];
     let mut ort_version = None;
     // Rounds alternate the engines, so that the machine's slow spells fall
-    // on both; the statistics pool every round's steps.
+    // on all; the statistics pool every round's steps.
     for round in 1..=args.rounds {
-        eprintln!(
-            "{name}: round {round}/{}: slmcc, {steps} steps...",
-            args.rounds
-        );
-        greedy(&mut decoder, &prompt, args.warmup, false)?;
-        let (times, tokens) = greedy(&mut decoder, &prompt, steps, true)?;
-        slmcc_ms.extend(times);
-        if ort.is_ok() {
+        for (i, (label, _, _, decoder)) in variants.iter_mut().enumerate() {
             eprintln!(
-                "{name}: round {round}/{}: onnxruntime, {steps} steps...",
+                "{name}: round {round}/{}: {label}, {steps} steps...",
                 args.rounds
             );
-            match run_ort(args, &past, &prompt, steps) {
+            greedy(decoder, &prompt, args.warmup, false)?;
+            let (times, tokens) = greedy(decoder, &prompt, steps, true)?;
+            slmcc_ms[i].extend(times);
+            slmcc_tokens[i] = tokens;
+        }
+        for (i, (kind, model)) in peers.iter_mut().enumerate() {
+            let Ok(path) = model else { continue };
+            eprintln!(
+                "{name}: round {round}/{}: onnxruntime {}, {steps} steps...",
+                args.rounds,
+                kind.label()
+            );
+            match run_ort(args, path, &prompt, steps) {
                 Ok(run) => {
-                    ort_ms.extend(run.times);
+                    ort_ms[i].extend(run.times);
                     ort_version = Some(run.version);
-                    let ort_tokens = run.tokens;
-                    // The same every round (both are deterministic); a
-                    // disagreement in any round is what is reported.
-                    let a = agreement(&tokens, &ort_tokens);
-                    if agree.is_none() || !a.starts_with("yes") {
-                        agree = Some(a);
-                    }
+                    ort_tokens[i] = run.tokens;
                 }
-                Err(e) => ort = Err(format!("{e:#}")),
+                Err(e) => *model = Err(format!("{e:#}")),
             }
         }
     }
-    drop(decoder);
-    let slmcc = Stats::of(&slmcc_ms);
-    let ort_stats = ort.map(|()| Stats::of(&ort_ms));
-    let agree = agree.unwrap_or_else(|| "n/a".to_string());
+    let mut engines = Vec::new();
+    let reference = &slmcc_tokens[0];
+    for (i, (label, module, weights, _)) in variants.iter().enumerate() {
+        let agree = if i == 0 {
+            match peers.first() {
+                Some((_, Ok(_))) => {
+                    format!("{} (vs ORT f32)", agreement(reference, &ort_tokens[0]))
+                }
+                _ => "n/a".to_string(),
+            }
+        } else {
+            format!("{} (vs f32)", agreement(&slmcc_tokens[i], reference))
+        };
+        let _ = module;
+        engines.push(Engine {
+            label: label.clone(),
+            per_step: weights.per_step,
+            stats: Ok(Stats::of(&slmcc_ms[i])),
+            agree,
+            ort: None,
+        });
+    }
+    for (i, (kind, model)) in peers.iter().enumerate() {
+        let agree = match (kind, model) {
+            (OrtKind::Q4, Ok(_)) => {
+                format!("{} (vs ORT f32)", agreement(&ort_tokens[i], &ort_tokens[0]))
+            }
+            _ => String::new(),
+        };
+        engines.push(Engine {
+            label: format!("onnxruntime {}", kind.label()),
+            per_step: match kind {
+                OrtKind::F32 => f32_weights.per_step,
+                OrtKind::Q4 => q4_bytes(&f32_weights),
+            },
+            stats: model
+                .as_ref()
+                .map(|_| Stats::of(&ort_ms[i]))
+                .map_err(Clone::clone),
+            agree,
+            ort: Some(*kind),
+        });
+    }
 
     let profile = if args.profile {
         eprintln!("{name}: profiling the decode graph...");
+        let (_, module, _, _) = &variants[0];
+        let Ok(untimed) = &engines[0].stats else {
+            unreachable!("slmcc's stats are always measured")
+        };
         Some(profile(
-            &module,
+            module,
             args.threads,
             name,
             &prompt,
             steps,
-            &slmcc,
+            untimed,
         )?)
     } else {
         None
     };
-    let reread = reread_before.max(reread_bandwidth(weights.per_step, args.threads));
-    let reread_ms = weights.per_step as f64 / reread * 1e3;
+    drop(variants);
+    let reread = reread_before.max(reread_bandwidth(f32_weights.per_step, args.threads));
     let row = Row {
         model: name.to_string(),
-        weights,
+        weights: f32_weights,
         kv,
-        roofline_ms: f64::NAN, // once the bandwidth is known
-        reread_ms,
-        slmcc,
-        ort: ort_stats,
+        bandwidth: f64::NAN, // once measured at the end
+        reread,
+        engines,
         ort_version,
-        agree,
     };
     Ok((row, note, profile))
 }
 
+impl OrtKind {
+    fn label(self) -> &'static str {
+        match self {
+            OrtKind::F32 => "f32",
+            OrtKind::Q4 => "4-bit",
+        }
+    }
+}
+
+/// The `quantize` options of scheme `q` (`none`, `w8a8`, `w4a8`).
+fn quant_options(q: &str, group: usize) -> anyhow::Result<slmcc::pipeline::Quant> {
+    use slmcc::pipeline::QuantizeOptions;
+    Ok(match q {
+        "none" => None,
+        "w8a8" => Some(QuantizeOptions::int8()),
+        "w4a8" => Some(QuantizeOptions::int4(group)),
+        _ => bail!("--quant: unknown scheme `{q}` (none, w8a8, w4a8)"),
+    })
+}
+
+/// The bytes of the f32 weights stored as onnxruntime's 4-bit blocks: the
+/// matrices at half a byte per weight plus an f32 scale per 32 (an
+/// estimate for the table: the norms and biases it keeps are small).
+fn q4_bytes(w: &WeightBytes) -> u64 {
+    w.per_step / 8 + w.per_step / 32
+}
+
+/// onnxruntime's 4-bit model of `past` (made once by
+/// `bench/ort_quantize_q4.py`, kept in `target/bench/`).
+fn ort_q4_model(args: &Args, past: &Path, name: &str) -> Result<PathBuf, String> {
+    let dir = args.root.join("target/bench");
+    let out = dir.join(format!("{name}_past_q4_b{}.onnx", args.quant_group));
+    let fresh = |p: &Path| -> Option<SystemTime> { p.metadata().ok()?.modified().ok() };
+    if let (Some(a), Some(b)) = (fresh(&out), fresh(past)) {
+        if a >= b {
+            return Ok(out);
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    eprintln!(
+        "{name}: quantizing {} with onnxruntime's MatMulNBitsQuantizer...",
+        past.display()
+    );
+    let python = args.root.join(&args.python);
+    let script = args.root.join("bench/ort_quantize_q4.py");
+    let o = Command::new(&python)
+        .arg(&script)
+        .arg("--model")
+        .arg(past)
+        .arg("--out")
+        .arg(&out)
+        .args(["--block-size", &args.quant_group.to_string()])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    Ok(out)
+}
+
 /// Imports `path`, counts its weights, and runs the pipeline `slmcc
 /// generate` runs for the cpu backend.
-fn prepare(path: &Path, args: &Args) -> anyhow::Result<(Module, WeightBytes)> {
+fn prepare(
+    path: &Path,
+    args: &Args,
+    quant: slmcc::pipeline::Quant,
+) -> anyhow::Result<(Module, WeightBytes)> {
     let mut module = slmcc::onnx::import_model(path)
         .with_context(|| format!("slmcc: cannot import {}", path.display()))?;
-    let weights = WeightBytes::of(&module)
-        .with_context(|| format!("{}: counting the weights", path.display()))?;
     let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
     let kv = KvCacheOptions {
         max_context: args.max_context,
         ..KvCacheOptions::default()
     };
     let pipeline = Pipeline::fusion()
+        .quantized(quant)
         .kv_cache(kv, false)
         .buckets(BucketSpec::Sizes(sizes))
         .planned();
     pipeline
         .run(&mut module)
         .with_context(|| format!("{}: pipeline `{}`", path.display(), pipeline.text()))?;
+    let weights = WeightBytes::of(&module)
+        .with_context(|| format!("{}: counting the weights", path.display()))?;
     Ok((module, weights))
 }
 
@@ -941,69 +1104,74 @@ fn print_table(rows: &[Row]) {
         "p90 ms",
         "tokens/s",
         "of DDR roofline",
-        "speedup vs ORT",
+        "time / ORT f32",
+        "time / ORT 4-bit",
         "tokens agree",
     ];
-    let mut lines: Vec<[String; 8]> = Vec::new();
+    let mut lines: Vec<[String; 9]> = Vec::new();
     for r in rows {
-        let frac = |s: &Stats| format!("{:.0}%", 100.0 * r.roofline_ms / s.median);
-        let tps = |s: &Stats| format!("{:.1}", 1e3 / s.median);
-        let vs = match &r.ort {
-            Ok(o) => format!("{:.2}x", o.median / r.slmcc.median),
-            Err(_) => "-".into(),
+        let median = |kind| {
+            r.engines
+                .iter()
+                .find(|e| e.ort == Some(kind))
+                .and_then(|e| e.stats.as_ref().ok())
+                .map(|s| s.median)
         };
-        lines.push([
-            r.model.clone(),
-            "slmcc cpu".into(),
-            format!("{:.3}", r.slmcc.median),
-            format!("{:.3}", r.slmcc.p90),
-            tps(&r.slmcc),
-            frac(&r.slmcc),
-            vs,
-            r.agree.clone(),
-        ]);
-        match &r.ort {
-            Ok(o) => lines.push([
-                String::new(),
-                "onnxruntime".into(),
-                format!("{:.3}", o.median),
-                format!("{:.3}", o.p90),
-                tps(o),
-                frac(o),
-                "1.00x".into(),
-                String::new(),
-            ]),
-            Err(e) => lines.push([
-                String::new(),
-                "onnxruntime".into(),
-                format!("n/a: {e}"),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ]),
+        let (ort_f32, ort_q4) = (median(OrtKind::F32), median(OrtKind::Q4));
+        let ratio = |m: f64, of: Option<f64>| of.map_or("-".into(), |o| format!("{:.2}x", m / o));
+        for (i, e) in r.engines.iter().enumerate() {
+            let model = if i == 0 {
+                r.model.clone()
+            } else {
+                String::new()
+            };
+            let line = match &e.stats {
+                Ok(s) => {
+                    let roofline_ms = e.per_step as f64 / r.bandwidth * 1e3;
+                    [
+                        model,
+                        e.label.clone(),
+                        format!("{:.3}", s.median),
+                        format!("{:.3}", s.p90),
+                        format!("{:.1}", 1e3 / s.median),
+                        format!("{:.0}%", 100.0 * roofline_ms / s.median),
+                        ratio(s.median, ort_f32),
+                        ratio(s.median, ort_q4),
+                        e.agree.clone(),
+                    ]
+                }
+                Err(why) => [
+                    model,
+                    e.label.clone(),
+                    format!("n/a: {why}"),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ],
+            };
+            lines.push(line);
         }
-        lines.push([
-            String::new(),
-            "DDR roofline".into(),
-            format!("{:.3}", r.roofline_ms),
-            String::new(),
-            format!("{:.1}", 1e3 / r.roofline_ms),
-            "100%".into(),
-            String::new(),
-            String::new(),
-        ]);
-        lines.push([
-            String::new(),
-            "re-read bound".into(),
-            format!("{:.3}", r.reread_ms),
-            String::new(),
-            format!("{:.1}", 1e3 / r.reread_ms),
-            String::new(),
-            String::new(),
-            String::new(),
-        ]);
+        let roofline_ms = r.weights.per_step as f64 / r.bandwidth * 1e3;
+        let reread_ms = r.weights.per_step as f64 / r.reread * 1e3;
+        for (label, ms) in [
+            ("DDR roofline (f32)", roofline_ms),
+            ("re-read bound (f32)", reread_ms),
+        ] {
+            lines.push([
+                String::new(),
+                label.into(),
+                format!("{ms:.3}"),
+                String::new(),
+                format!("{:.1}", 1e3 / ms),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
     }
     // The n/a message may be long: it does not set its column's width.
     let mut width = header.map(str::len);
@@ -1020,7 +1188,7 @@ fn print_table(rows: &[Row]) {
             if i > 0 {
                 s += " | ";
             }
-            if (2..=6).contains(&i) && !c.starts_with("n/a: ") {
+            if (2..=7).contains(&i) && !c.starts_with("n/a: ") {
                 s += &format!("{c:>w$}");
             } else {
                 s += &format!("{c:<w$}");

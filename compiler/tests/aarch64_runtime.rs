@@ -1,10 +1,12 @@
 //! The board's runtime, run: `slmcc` built for aarch64-unknown-linux-gnu
 //! (static, `scripts/build-aarch64`) runs under `qemu-aarch64` on packages
-//! of the committed Qwen2 model compiled three ways — rk3588 W8A8 and W4A8
+//! of the committed Qwen2 model compiled five ways — rk3588 W8A8 and W4A8
 //! with the KV cache (NPU nodes on the simulator), and cpu for aarch64 with
-//! the KV cache — and `generate` gives the same 32 greedy tokens as the
-//! host binary on the same package. The board binary loads the package's
-//! aarch64 kernel objects (no compiler runs at load), which it says.
+//! the KV cache in f32, W8A8 and W4A8 — and `generate` gives the same 32
+//! greedy tokens as the host binary on the same package. The board binary
+//! loads the package's aarch64 kernel objects (no compiler runs at load),
+//! which it says; the quantized cpu packages' products run on the
+//! runtime's `sdot` kernel (`slmcc_qgemm`, which the objects import).
 //!
 //! `SLMCC_AARCH64_SLMCC` names the aarch64 binary (`scripts/test` builds it
 //! and sets it); without it the test is skipped (a failure under
@@ -54,10 +56,18 @@ fn board_binary_generates_the_host_tokens_from_its_objects() {
     let qemu = std::env::var("SLMCC_QEMU_AARCH64").unwrap_or_else(|_| "qemu-aarch64".into());
     let dir = tmpdir();
     let model = repo().join("testdata/models/qwen2.onnx");
-    let ways: [(&str, &[&str]); 3] = [
+    let ways: [(&str, &[&str]); 5] = [
         ("rk3588-w8a8", &["--target", "rk3588", "--quant", "w8a8"]),
         ("rk3588-w4a8", &["--target", "rk3588", "--quant", "w4a8"]),
         ("cpu-aarch64", &["--target", "cpu", "--cpu", "aarch64"]),
+        (
+            "cpu-aarch64-w8a8",
+            &["--target", "cpu", "--cpu", "aarch64", "--quant", "w8a8"],
+        ),
+        (
+            "cpu-aarch64-w4a8",
+            &["--target", "cpu", "--cpu", "aarch64", "--quant", "w4a8"],
+        ),
     ];
     for (name, flags) in ways {
         let pkg = dir.join(format!("{name}.slmpkg"));
@@ -99,6 +109,17 @@ fn board_binary_generates_the_host_tokens_from_its_objects() {
             !log.contains("cpu backend:"),
             "{name}: the board compiled kernels:\n{log}"
         );
+        if name.starts_with("cpu-aarch64-w") {
+            let object = std::fs::read(pkg).unwrap();
+            assert!(
+                object.windows(11).any(|w| w == b"slmcc_qgemm"),
+                "{name}: the package's object does not import slmcc_qgemm"
+            );
+            assert!(
+                log.contains("quantized products: NeonDot"),
+                "{name}: the board did not use its sdot kernel:\n{log}"
+            );
+        }
         eprintln!("{name}: 32 tokens equal on the board binary and the host");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -49,9 +49,11 @@ pub fn compile_object(
         .map_err(|e| CpuError::Codegen(format!("object for `{triple}`: {e}")))?;
     let mut module = ObjectModule::new(builder);
     // The host GEMM is a function of this process, not of the target: an
-    // object keeps the generated GEMM.
+    // object keeps the generated GEMM. `slmcc_qgemm` is the loading
+    // runtime's, on as many threads as it sets (`threads` 0).
     let options = CpuOptions {
         host_gemm: false,
+        threads: 0,
         ..*options
     };
     let kernels = compile_kernels(&mut module, graph, &options, prefix, Linkage::Export)?

@@ -146,6 +146,7 @@ pub fn compile_kernels(
             let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             let mut kb = KernelBuilder::new(b, module, nbufs, fma, options.fast_math);
             kb.host_gemm = options.host_gemm;
+            kb.host_qgemm = options.host_qgemm;
             kb.threads = options.threads;
             let r = lower_node(&mut kb, &node.op, &sig);
             if r.is_ok() {

@@ -114,6 +114,9 @@ pub struct KernelBuilder<'a> {
     /// Large matrix products call the host GEMM
     /// ([`super::CpuOptions::host_gemm`]; JIT only).
     pub host_gemm: bool,
+    /// Quantized products call `slmcc_qgemm`
+    /// ([`super::CpuOptions::host_qgemm`]).
+    pub host_qgemm: bool,
     /// Threads the host GEMM may use ([`super::CpuOptions::threads`]).
     pub threads: usize,
 }
@@ -148,6 +151,7 @@ impl<'a> KernelBuilder<'a> {
             fast_math,
             local_constants: false,
             host_gemm: false,
+            host_qgemm: false,
             threads: 1,
         }
     }

@@ -38,14 +38,24 @@ impl std::fmt::Debug for JitProgram {
 impl JitProgram {
     /// Compiles every node of `graph` (static shapes) for the host.
     pub fn compile(graph: &Graph, options: &CpuOptions) -> Result<JitProgram, CpuError> {
-        if options.host_gemm {
+        // The integer dot-product kernel where the host has a fast path
+        // (else the generated kernel is the faster one).
+        let options = &CpuOptions {
+            host_qgemm: options.host_qgemm && super::hostqgemm::fast(),
+            ..*options
+        };
+        if options.host_gemm || options.host_qgemm {
             // The workers the kernels' host GEMMs may use exist before any
             // kernel runs (kernels do not allocate).
             super::threads::ensure_workers(options.threads);
         }
         let isa = host_isa()?;
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
-        for (name, ptr) in host_symbols().into_iter().chain(hostgemm::host_symbols()) {
+        let symbols = host_symbols()
+            .into_iter()
+            .chain(hostgemm::host_symbols())
+            .chain(super::hostqgemm::host_symbols());
+        for (name, ptr) in symbols {
             builder.symbol(name, ptr);
         }
         let mut module = JITModule::new(builder);

@@ -34,7 +34,10 @@
 //! linked like the math helpers; [`CpuOptions::host_gemm`]), which alone
 //! uses several threads ([`CpuOptions::threads`], fixed when a kernel is
 //! compiled; the pool of [`threads`]). AOT
-//! objects keep the generated GEMM.
+//! objects keep the generated GEMM. The quantized products call the
+//! runtime's integer dot-product kernel [`hostqgemm`] (`slmcc_qgemm`;
+//! [`CpuOptions::host_qgemm`]) in the JIT and in AOT objects alike: the
+//! runtime that loads an object provides it, with the board's `sdot`.
 //!
 //! Numerics: with [`CpuOptions::exact`] every kernel reproduces the
 //! reference evaluation bit for bit (the same IEEE operations in the same
@@ -55,6 +58,7 @@ pub mod aot;
 pub mod compile;
 pub mod emit;
 pub mod hostgemm;
+pub mod hostqgemm;
 pub mod jit;
 pub mod lower;
 pub mod math;
@@ -86,6 +90,13 @@ pub struct CpuOptions {
     /// gets the generated GEMM. FMA-like numerics (a few ulps from the
     /// reference).
     pub host_gemm: bool,
+    /// `qmatmul` and `qswiglu` call the runtime's integer dot-product
+    /// kernel ([`hostqgemm`]: AVX-VNNI/AVX-512 VNNI or `sdot`, chosen when
+    /// it first runs) instead of the generated one; bit-exact either way.
+    /// An AOT object imports it from the runtime that loads it; the JIT
+    /// uses it only where the host has a dot-product path
+    /// ([`hostqgemm::fast`]).
+    pub host_qgemm: bool,
     /// Threads a host GEMM may split a large product over (`--threads`;
     /// at most [`MAX_THREADS`]); the other kernels run on the calling
     /// thread.
@@ -100,6 +111,7 @@ impl CpuOptions {
             fma: false,
             fast_math: false,
             host_gemm: false,
+            host_qgemm: false,
             threads: 1,
         }
     }
@@ -111,6 +123,7 @@ impl Default for CpuOptions {
             fma: true,
             fast_math: true,
             host_gemm: true,
+            host_qgemm: true,
             threads: 1,
         }
     }

@@ -1,7 +1,9 @@
 //! The pool of threads kernels may use: [`parallel_for`] runs tasks on up
 //! to the number of threads its caller asks for, without allocating. How
 //! many a kernel uses is its own business, fixed when it is compiled
-//! (`CpuOptions::threads`), not a process-wide setting.
+//! (`CpuOptions::threads`), except in a loaded object (a package's AOT
+//! kernels, compiled before anyone chose): its calls ask for the count
+//! the runtime set when it loaded the object ([`set_object_threads`]).
 //!
 //! Kernels never allocate, so the pool is built for that: its worker
 //! threads are spawned by [`ensure_workers`] when a program is compiled
@@ -20,6 +22,23 @@ use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
 
 /// Most threads a kernel may use.
 pub const MAX_THREADS: usize = 64;
+
+/// Threads a loaded object's kernels may use ([`object_threads`]).
+static OBJECT_THREADS: AtomicUsize = AtomicUsize::new(1);
+
+/// Sets the threads a loaded object's kernels may use (clamped to
+/// `1..=`[`MAX_THREADS`]; `--threads` of `run`/`generate`), and spawns the
+/// workers they need.
+pub fn set_object_threads(n: usize) {
+    let n = n.clamp(1, MAX_THREADS);
+    ensure_workers(n);
+    OBJECT_THREADS.store(n, Ordering::Relaxed);
+}
+
+/// Threads a loaded object's kernels may use (1 until set).
+pub fn object_threads() -> usize {
+    OBJECT_THREADS.load(Ordering::Relaxed)
+}
 
 /// Spawns the pool's missing workers so that `n` threads (the calling
 /// thread included, clamped to `1..=`[`MAX_THREADS`]) can run a job;

@@ -204,6 +204,12 @@ pub fn cpu_kernels(
             .collect();
         let loaded = AotKernels::load(&k.object, &symbols)
             .map_err(|e| format!("the package's {} kernels: {e}", k.triple))?;
+        // The object's quantized products run on `--threads` threads.
+        slmcc_backends::cpu::threads::set_object_threads(options.threads);
+        tracing::info!(
+            "quantized products: {:?}",
+            slmcc_backends::cpu::hostqgemm::detect()
+        );
         tracing::info!(
             graph = %g.name,
             kernels = symbols.len(),

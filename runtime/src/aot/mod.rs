@@ -6,8 +6,9 @@
 //! On a machine of the object's architecture [`AotKernels::load`] maps it
 //! ([`loaded::LoadedObject`]: sections placed, relocations applied,
 //! [`reloc`]; code made executable and the instruction cache flushed,
-//! [`icache`]), resolves the math helpers it imports
-//! (`slmcc_backends::cpu::math`) and gives the executor one kernel per
+//! [`icache`]), resolves the helpers it imports (the math functions of
+//! `slmcc_backends::cpu::math` and the quantized products of
+//! `slmcc_backends::cpu::hostqgemm`) and gives the executor one kernel per
 //! node, as [`crate::jit::JitKernels`] does for JIT code.
 
 pub mod icache;
@@ -17,6 +18,7 @@ pub mod reloc;
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use slmcc_backends::cpu::hostqgemm;
 use slmcc_backends::cpu::math::host_symbols;
 use slmcc_backends::cpu::KernelFn;
 use slmcc_ir::Graph;
@@ -45,6 +47,7 @@ impl AotKernels {
     pub fn load(object: &[u8], kernels: &[(usize, String)]) -> Result<AotKernels, String> {
         let helpers: HashMap<&str, u64> = host_symbols()
             .into_iter()
+            .chain(hostqgemm::host_symbols())
             .map(|(name, ptr)| (name, ptr as u64))
             .collect();
         let loaded = LoadedObject::load(object, &|name| helpers.get(name).copied())?;

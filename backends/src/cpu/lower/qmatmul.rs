@@ -44,6 +44,7 @@ use slmcc_ir::DType;
 
 use super::{unsupported, NodeSig, Operand};
 use crate::cpu::emit::{KernelBuilder, Width};
+use crate::cpu::hostqgemm::QGEMM_SYMBOL;
 use crate::cpu::CpuError;
 
 /// Most stack bytes of the quantized row (`4·K`): `K <= 16384`.
@@ -151,7 +152,56 @@ pub fn qmatmul(kb: &mut KernelBuilder, op: &QMatMul, sig: &NodeSig) -> Result<()
         col0: 0,
     };
     let (x, y) = (kb.buf(0), kb.buf(3));
+    if host_qgemm(kb, &d) {
+        return call_qgemm(kb, &d, x, &[w], y);
+    }
     products(kb, &d, x, &[w], y, &mut |_, s, _| Ok(s[0]))
+}
+
+/// Whether the product goes to the runtime's `slmcc_qgemm`
+/// ([`KernelBuilder::host_qgemm`], `K` within its limit).
+pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> bool {
+    kb.host_qgemm && d.k <= crate::cpu::hostqgemm::MAX_K
+}
+
+/// Emits the call of `slmcc_qgemm` ([`crate::cpu::hostqgemm`]) for the
+/// products by `ws` (one weight: `qmatmul`; two, gate and up, of one
+/// stride: `qswiglu`, its epilogue in the callee) into `y`, with the
+/// kernel's threads ([`KernelBuilder::threads`]; 0 in an object: the
+/// runtime's).
+pub(super) fn call_qgemm(
+    kb: &mut KernelBuilder,
+    d: &Dims,
+    x: Value,
+    ws: &[QCols],
+    y: Value,
+) -> Result<(), CpuError> {
+    let f = kb.import_host(QGEMM_SYMBOL, &[types::I64; 15], &[])?;
+    let int = |kb: &mut KernelBuilder, v: usize| kb.iconst(v as i64);
+    let (first, second) = (ws[0], ws.get(1).copied());
+    let mut args = vec![
+        int(kb, d.rows),
+        int(kb, d.k),
+        int(kb, d.n),
+        int(kb, d.group),
+        int(kb, d.int4 as usize),
+        x,
+        first.q,
+        first.scale,
+        int(kb, first.stride),
+        int(kb, first.col0),
+    ];
+    match second {
+        Some(w) => args.extend([w.q, w.scale, int(kb, w.col0)]),
+        None => {
+            let null = int(kb, 0);
+            args.extend([null, null, null]);
+        }
+    }
+    let threads = int(kb, kb.threads);
+    args.extend([y, threads]);
+    kb.b.ins().call(f, &args);
+    Ok(())
 }
 
 /// For every row of `x` (`[rows, K]`), the `qmatmul` products by each of

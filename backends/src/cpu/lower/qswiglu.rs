@@ -7,7 +7,11 @@
 //! the result. With the fused `[K, 2·N]` weight the gate reads columns
 //! `0 .. N` and the up columns `N .. 2·N` of the same buffers.
 //!
-//! The sums are bit-exact with the reference; the sigmoid is
+//! With [`KernelBuilder::host_qgemm`] the whole op is one call of the
+//! runtime's `slmcc_qgemm` (`crate::cpu::hostqgemm`), bit-exact, its
+//! sigmoid the reference's.
+//!
+//! Otherwise the sums are bit-exact with the reference; the sigmoid is
 //! [`KernelBuilder::sigmoid`]: the reference's function (the
 //! `slmcc_sigmoidf` helper) with `CpuOptions::exact()`, which makes the
 //! kernel bit-exact, and the inline vector sigmoid under `fast_math` (the
@@ -17,7 +21,7 @@ use cranelift_codegen::ir::InstBuilder;
 use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::DType;
 
-use super::qmatmul::{check_operands, products, Dims, QCols};
+use super::qmatmul::{call_qgemm, check_operands, host_qgemm, products, Dims, QCols};
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::KernelBuilder;
 use crate::cpu::CpuError;
@@ -76,6 +80,9 @@ pub fn qswiglu(kb: &mut KernelBuilder, op: &QSwiGlu, sig: &NodeSig) -> Result<()
         int4: mm.weight_dtype() == DType::I4,
     };
     let (x, out) = (kb.buf(0), kb.buf(ins.len()));
+    if host_qgemm(kb, &d) {
+        return call_qgemm(kb, &d, x, &ws, out);
+    }
     products(kb, &d, x, &ws, out, &mut |kb, s, w| {
         let (g, u) = (s[0], s[1]);
         let sg = kb.sigmoid(g, w)?;

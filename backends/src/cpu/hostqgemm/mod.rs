@@ -1,0 +1,469 @@
+//! The quantized products (`qmatmul`, `qswiglu`) as a function of the
+//! runtime, on the CPU's integer dot-product instructions: `slmcc_qgemm`.
+//!
+//! Kernels import [`QGEMM_SYMBOL`] as they import the math helpers and the
+//! host GEMM ([`super::hostgemm`]); the JIT links it, and the runtime's
+//! object loader resolves it for a package's AOT objects, so a package
+//! built for the board uses the board's instructions. The inner loop is
+//! chosen once per process from what the CPU has ([`detect`]):
+//!
+//! - x86-64 with AVX-VNNI or AVX-512 VNNI (+VL): `vpdpbusd` on 256-bit
+//!   vectors ([`x86`]);
+//! - aarch64 with the dot-product extension (Cortex-A76 and later, so
+//!   every RK3588): `sdot` ([`aarch64`]);
+//! - otherwise plain loops ([`scalar`]), correct but slow; the JIT then
+//!   keeps the generated kernel instead ([`fast`]).
+//!
+//! The weights are read in their stored form (`i8`, or `i4` two per byte):
+//! decode with 4-bit weights reads 4 bits per weight.
+//!
+//! Numerics: bit-exact with `slmcc_ir::ops::qmatmul` (and `qswiglu`'s
+//! epilogue with the reference `sigmoid`), on every path and for any
+//! number of threads. Per row (token) the reference's own functions give
+//! `(s, z)` and the quantized row `xq`. The exact integer sums of each
+//! group are computed as `Σ xq·q - z·Σ q` (x86 adds 128 to `xq` to make it
+//! unsigned for `vpdpbusd`, and subtracts `(z + 128)·Σ q`); both terms and
+//! the result fit `i32` (see `MAX_GROUP`). The float steps are the
+//! reference's, in its order.
+//!
+//! Work split: columns in chunks of [`CHUNK`] (the tasks of
+//! [`super::threads::parallel_for`] when the call may use more than one
+//! thread and the product is large enough), rows in tiles of up to
+//! [`TILE_ROWS`] (from bands quantized once per call on the calling
+//! thread into a 128 KiB stack buffer, hence [`MAX_K`]), columns
+//! in blocks of 16 whose weights are read four rows of `K` at a time and
+//! interleaved so that each 32-bit lane holds one column's four weights.
+//! Columns past the last whole block, an `i4` weight whose rows do not
+//! start on a byte, and a group's last `G mod 4` rows take the scalar
+//! steps.
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::OnceLock;
+
+use slmcc_ir::ops::fused_util::sigmoid;
+use slmcc_ir::ops::qmatmul::{activation_params, quantize_activation};
+
+use super::threads::parallel_for;
+
+/// The symbol kernels import.
+pub const QGEMM_SYMBOL: &str = "slmcc_qgemm";
+
+/// The longest `K` the function takes (at least one quantized row must fit
+/// the band buffer); a longer `K` keeps the generated kernel.
+pub const MAX_K: usize = BAND_BYTES;
+
+/// Rows of `x` quantized and multiplied together (each weight block read
+/// once per tile).
+pub const TILE_ROWS: usize = 4;
+
+/// Output columns per task.
+pub const CHUNK: usize = 64;
+
+/// Output columns per vector block.
+const BLOCK: usize = 16;
+
+/// Multiply-adds below which a call runs on the calling thread alone.
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+
+/// Every symbol of this module with its address, for the JIT and the
+/// object loader.
+pub fn host_symbols() -> Vec<(&'static str, *const u8)> {
+    vec![(QGEMM_SYMBOL, slmcc_qgemm as *const u8)]
+}
+
+/// The inner loop this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QKernel {
+    /// Plain loops.
+    Scalar,
+    /// x86-64 AVX-VNNI `vpdpbusd` (VEX), 256-bit.
+    AvxVnni,
+    /// x86-64 AVX-512 VNNI `vpdpbusd` (EVEX) on 256-bit vectors.
+    Avx512Vnni,
+    /// aarch64 `sdot`.
+    NeonDot,
+}
+
+impl QKernel {
+    /// What is added to the quantized activations before the products
+    /// (`vpdpbusd` multiplies unsigned bytes by signed ones).
+    fn bias(self) -> i32 {
+        match self {
+            QKernel::AvxVnni | QKernel::Avx512Vnni => 128,
+            QKernel::Scalar | QKernel::NeonDot => 0,
+        }
+    }
+}
+
+/// The inner loop for this CPU (detected once).
+pub fn detect() -> QKernel {
+    static KERNEL: OnceLock<QKernel> = OnceLock::new();
+    *KERNEL.get_or_init(detect_now)
+}
+
+fn detect_now() -> QKernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            if std::arch::is_x86_feature_detected!("avxvnni") {
+                return QKernel::AvxVnni;
+            }
+            if std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                return QKernel::Avx512Vnni;
+            }
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            return QKernel::NeonDot;
+        }
+    }
+    QKernel::Scalar
+}
+
+/// Whether this CPU has a dot-product path (else the JIT keeps its
+/// generated kernel, which is faster than [`scalar`]).
+pub fn fast() -> bool {
+    detect() != QKernel::Scalar
+}
+
+/// One weight operand: columns `col0 ..` of a `[K, stride]` buffer (`i8`,
+/// or `i4` two per byte in row-major element order, low nibble first) and
+/// its `[K / G, stride]` scales.
+#[derive(Clone, Copy)]
+struct Weight {
+    q: *const u8,
+    scale: *const f32,
+    stride: usize,
+    col0: usize,
+}
+
+impl Weight {
+    /// The weight at row `k`, column `c` (of this operand's columns).
+    ///
+    /// # Safety
+    /// `k < K` and `col0 + c < stride`.
+    #[inline]
+    unsafe fn get(&self, int4: bool, k: usize, c: usize) -> i32 {
+        let e = k * self.stride + self.col0 + c;
+        if int4 {
+            let b = *self.q.add(e / 2);
+            let nibble = if e.is_multiple_of(2) { b & 15 } else { b >> 4 };
+            (nibble ^ 8) as i32 - 8
+        } else {
+            *self.q.add(e) as i8 as i32
+        }
+    }
+
+    /// The first byte of columns `c ..` of row `k` (`i4`: the element
+    /// index must be even).
+    #[inline]
+    unsafe fn row_ptr(&self, int4: bool, k: usize, c: usize) -> *const u8 {
+        let e = k * self.stride + self.col0 + c;
+        self.q.add(if int4 { e / 2 } else { e })
+    }
+
+    /// The scale of group `g`, column `c`.
+    #[inline]
+    unsafe fn scale(&self, g: usize, c: usize) -> f32 {
+        *self.scale.add(g * self.stride + self.col0 + c)
+    }
+}
+
+/// One call's operands.
+struct Call {
+    rows: usize,
+    k: usize,
+    n: usize,
+    group: usize,
+    int4: bool,
+    x: *const f32,
+    weights: [Weight; 2],
+    /// 1 (`qmatmul`) or 2 (`qswiglu`: gate, up).
+    count: usize,
+    y: *mut f32,
+    kernel: QKernel,
+}
+
+// SAFETY: the pointers are only read (x, weights) or written at disjoint
+// columns per task (y) while the call runs.
+unsafe impl Sync for Call {}
+
+/// The stack buffer that rows are quantized into, together, on the
+/// calling thread: each task reads the weights once per such band of
+/// `BAND_BYTES / K` rows (at most [`BAND_ROWS`]).
+const BAND_BYTES: usize = 128 * 1024;
+
+/// Most rows of a band.
+const BAND_ROWS: usize = 64;
+
+/// Up to [`TILE_ROWS`] quantized rows: `xq + bias` as bytes (`K` each),
+/// and each row's `s` and `z + bias` (the correction's factor).
+pub(super) struct Tile<'a> {
+    rows: usize,
+    /// The bytes are `u8` (bias 128), else `i8`.
+    unsigned: bool,
+    xq: [&'a [u8]; TILE_ROWS],
+    s: [f32; TILE_ROWS],
+    zc: [i32; TILE_ROWS],
+}
+
+impl Tile<'_> {
+    /// Row `r`'s stored value at `k`, as an integer.
+    #[inline]
+    fn x(&self, r: usize, k: usize) -> i32 {
+        let b = self.xq[r][k];
+        if self.unsigned {
+            b as i32
+        } else {
+            b as i8 as i32
+        }
+    }
+}
+
+/// Where one block's sums come from: rows `k0 .. k0 + 4·steps` and
+/// columns `c .. c + 16` of weight `w`, by the tile's rows.
+#[derive(Clone, Copy)]
+pub(super) struct Span<'a> {
+    int4: bool,
+    w: &'a Weight,
+    tile: &'a Tile<'a>,
+    k0: usize,
+    steps: usize,
+    c: usize,
+}
+
+/// The block products of one group: `raw[r][j] = Σ (xq + bias)·q` and
+/// `csum[j] = Σ q` over the group's first `4·⌊G/4⌋` rows, for columns
+/// `c .. c + 16`.
+pub(super) struct BlockSums {
+    raw: [[i32; BLOCK]; TILE_ROWS],
+    csum: [i32; BLOCK],
+}
+
+/// The quantized products, in the reference's numerics (see the module
+/// doc): `y[m, j]` for rows `m < rows` and columns `j < n` is `qmatmul` of
+/// row `m` of `x: f32[rows, k]` by columns `col0 .. col0 + n` of the
+/// weight `(q, scale)` (`[k, stride]`, `[k / group, stride]`); with a
+/// second weight (`q2` not null, same `stride`, columns from `col0_2`), it
+/// is `qswiglu`'s `(g · sigmoid(g)) · u`, `g` by the first and `u` by the
+/// second. `int4 != 0` reads `i4` weights. `threads` is the most threads
+/// the call may use, 0 for the process's setting for loaded objects
+/// ([`super::threads::object_threads`]).
+///
+/// # Safety
+/// The buffers hold what the shapes say, `k <= MAX_K`, `k % group == 0`,
+/// and `y` does not overlap the inputs.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn slmcc_qgemm(
+    rows: u64,
+    k: u64,
+    n: u64,
+    group: u64,
+    int4: u32,
+    x: *const f32,
+    q: *const u8,
+    scale: *const f32,
+    stride: u64,
+    col0: u64,
+    q2: *const u8,
+    scale2: *const f32,
+    col0_2: u64,
+    y: *mut f32,
+    threads: u32,
+) {
+    let (stride, col0) = (stride as usize, col0 as usize);
+    let first = Weight {
+        q,
+        scale,
+        stride,
+        col0,
+    };
+    let second = Weight {
+        q: q2,
+        scale: scale2,
+        stride,
+        col0: col0_2 as usize,
+    };
+    let call = Call {
+        rows: rows as usize,
+        k: k as usize,
+        n: n as usize,
+        group: group as usize,
+        int4: int4 != 0,
+        x,
+        weights: [first, second],
+        count: if q2.is_null() { 1 } else { 2 },
+        y,
+        kernel: detect(),
+    };
+    let threads = match threads {
+        0 => super::threads::object_threads(),
+        t => t as usize,
+    };
+    run(&call, threads);
+}
+
+/// The product `call` describes, on up to `threads` threads.
+unsafe fn run(call: &Call, threads: usize) {
+    if call.rows == 0 || call.n == 0 {
+        return;
+    }
+    let tasks = call.n.div_ceil(CHUNK);
+    let parallel = threads > 1 && tasks > 1;
+    let bias = call.kernel.bias();
+    let mut buffer = std::mem::MaybeUninit::<[u8; BAND_BYTES]>::uninit();
+    let buffer = buffer.as_mut_ptr().cast::<u8>();
+    let band_rows = (BAND_BYTES / call.k.max(1)).min(BAND_ROWS);
+    let mut m0 = 0;
+    while m0 < call.rows {
+        let rows = (call.rows - m0).min(band_rows);
+        let mut s = [0f32; BAND_ROWS];
+        let mut zc = [0i32; BAND_ROWS];
+        let mut band: [&[u8]; BAND_ROWS] = [&[]; BAND_ROWS];
+        for r in 0..rows {
+            let row = std::slice::from_raw_parts(call.x.add((m0 + r) * call.k), call.k);
+            let (sr, z) = activation_params(row);
+            let dst = std::slice::from_raw_parts_mut(buffer.add(r * call.k), call.k);
+            for (d, &v) in dst.iter_mut().zip(row) {
+                *d = (quantize_activation(v, sr, z) + bias) as u8;
+            }
+            band[r] = dst;
+            s[r] = sr;
+            zc[r] = z as i32 + bias;
+        }
+        let run = |t: usize| {
+            let (c0, c1) = (t * CHUNK, ((t + 1) * CHUNK).min(call.n));
+            let mut r0 = 0;
+            while r0 < rows {
+                let count = (rows - r0).min(TILE_ROWS);
+                let mut tile = Tile {
+                    rows: count,
+                    unsigned: bias != 0,
+                    xq: [band[r0]; TILE_ROWS],
+                    s: [0.0; TILE_ROWS],
+                    zc: [0; TILE_ROWS],
+                };
+                tile.xq[..count].copy_from_slice(&band[r0..r0 + count]);
+                tile.s[..count].copy_from_slice(&s[r0..r0 + count]);
+                tile.zc[..count].copy_from_slice(&zc[r0..r0 + count]);
+                // SAFETY: the caller's contract; task `t` writes its own columns.
+                unsafe { chunk(call, &tile, m0 + r0, c0, c1) };
+                r0 += count;
+            }
+        };
+        if parallel && rows * call.k * call.n * call.count >= PARALLEL_MIN_MACS {
+            parallel_for(threads, tasks, &run);
+        } else {
+            (0..tasks).for_each(run);
+        }
+        m0 += rows;
+    }
+}
+
+/// Columns `c0 .. c1` of result rows `m0 ..` (the tile's).
+unsafe fn chunk(call: &Call, tile: &Tile, m0: usize, c0: usize, c1: usize) {
+    // An i4 block is read a byte at a time: its first element must be even.
+    let aligned = !call.int4
+        || call.weights[..call.count]
+            .iter()
+            .all(|w| w.stride % 2 == 0 && w.col0 % 2 == 0);
+    let mut c = c0;
+    while c < c1 {
+        let width = if aligned && call.kernel != QKernel::Scalar && c + BLOCK <= c1 {
+            BLOCK
+        } else {
+            1
+        };
+        let mut sums = [[[0f32; BLOCK]; TILE_ROWS]; 2];
+        for (wi, w) in call.weights[..call.count].iter().enumerate() {
+            columns(call, w, tile, c, width, &mut sums[wi]);
+        }
+        let [first, second] = &sums;
+        for (r, (g_row, u_row)) in first.iter().zip(second).take(tile.rows).enumerate() {
+            let out = call.y.add((m0 + r) * call.n + c);
+            for (j, (&g, &u)) in g_row.iter().zip(u_row).take(width).enumerate() {
+                let v = match call.count {
+                    1 => g,
+                    _ => (g * sigmoid(g)) * u,
+                };
+                *out.add(j) = v;
+            }
+        }
+        c += width;
+    }
+}
+
+/// The sums of `width` columns (16 on the vector path, else 1) from `c`
+/// of weight `w` for every row of the tile: steps 5 and 6 of `qmatmul`.
+unsafe fn columns(
+    call: &Call,
+    w: &Weight,
+    tile: &Tile,
+    c: usize,
+    width: usize,
+    out: &mut [[f32; BLOCK]; TILE_ROWS],
+) {
+    let g = call.group;
+    let whole = if width == BLOCK { g / 4 * 4 } else { 0 };
+    let mut block = BlockSums {
+        raw: [[0; BLOCK]; TILE_ROWS],
+        csum: [0; BLOCK],
+    };
+    for gi in 0..call.k / g {
+        let k0 = gi * g;
+        block.raw = [[0; BLOCK]; TILE_ROWS];
+        block.csum = [0; BLOCK];
+        if whole > 0 {
+            let span = Span {
+                int4: call.int4,
+                w,
+                tile,
+                k0,
+                steps: whole / 4,
+                c,
+            };
+            vector_block(call.kernel, span, &mut block);
+        }
+        for k in k0 + whole..k0 + g {
+            for j in 0..width {
+                let q = w.get(call.int4, k, c + j);
+                block.csum[j] += q;
+                for r in 0..tile.rows {
+                    block.raw[r][j] += tile.x(r, k) * q;
+                }
+            }
+        }
+        for (r, row) in out.iter_mut().enumerate().take(tile.rows) {
+            let (s, zc, raw) = (tile.s[r], tile.zc[r], &block.raw[r]);
+            for (j, o) in row.iter_mut().enumerate().take(width) {
+                let acc = raw[j].wrapping_sub(zc.wrapping_mul(block.csum[j]));
+                *o += acc as f32 * (s * w.scale(gi, c + j));
+            }
+        }
+    }
+}
+
+/// `block` for `span`, on this process's dot-product instructions.
+unsafe fn vector_block(kernel: QKernel, span: Span, block: &mut BlockSums) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        QKernel::AvxVnni => x86::block_avxvnni(span, block),
+        #[cfg(target_arch = "x86_64")]
+        QKernel::Avx512Vnni => x86::block_avx512vnni(span, block),
+        #[cfg(target_arch = "aarch64")]
+        QKernel::NeonDot => aarch64::block_sdot(span, block),
+        _ => scalar::block(span, block),
+    }
+}

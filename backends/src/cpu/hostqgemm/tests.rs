@@ -1,0 +1,196 @@
+//! `slmcc_qgemm` against the reference `qmatmul`/`qswiglu` arithmetic
+//! (`QMatMul::product`): bit for bit, on this CPU's path and on the
+//! scalar one, for tails, remainders, odd strides and threads.
+
+use slmcc_ir::ops::fused_util::sigmoid;
+use slmcc_ir::ops::qmatmul::{QColumns, QMatMul};
+use slmcc_ir::Tensor;
+
+use super::{detect, run, Call, QKernel, Weight};
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i32
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
+    }
+}
+
+/// A `[k, stride]` weight with its scales: the values, and the bytes as
+/// the weight store packs them.
+struct Stored {
+    values: Vec<i32>,
+    bytes: Vec<u8>,
+    scale: Vec<f32>,
+}
+
+fn stored(rng: &mut Rng, k: usize, stride: usize, group: usize, int4: bool) -> Stored {
+    let (lo, hi) = if int4 { (-8, 7) } else { (-128, 127) };
+    let values: Vec<i32> = (0..k * stride).map(|_| rng.int(lo, hi)).collect();
+    let bytes = if int4 {
+        let mut b = vec![0u8; values.len().div_ceil(2)];
+        for (i, &v) in values.iter().enumerate() {
+            b[i / 2] |= ((v as u8) & 15) << (4 * (i % 2));
+        }
+        b
+    } else {
+        values.iter().map(|&v| v as i8 as u8).collect()
+    };
+    let scale = (0..k / group * stride)
+        .map(|_| rng.f32().abs() / 64.0 + 1e-4)
+        .collect();
+    Stored {
+        values,
+        bytes,
+        scale,
+    }
+}
+
+/// One case: `rows × k` by columns `col0 .. col0 + n` (and, for a
+/// `qswiglu`, `col0_2 ..`) of a `[k, stride]` weight.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    seed: u64,
+    rows: usize,
+    k: usize,
+    group: usize,
+    n: usize,
+    stride: usize,
+    cols: &[usize],
+    int4: bool,
+) {
+    let mut rng = Rng(seed);
+    let mut x: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 3.0).collect();
+    if rows > 1 {
+        // An all-zero row (s = 1) and a NaN element.
+        x[k..2 * k].fill(0.0);
+        x[k / 2] = f32::NAN;
+    }
+    let w = stored(&mut rng, k, stride, group, int4);
+    let op = QMatMul {
+        bits: if int4 { 4 } else { 8 },
+        group: group as i64,
+    };
+    let xt = Tensor::from_f32(vec![rows, k], x.clone());
+    let columns: Vec<QColumns> = cols
+        .iter()
+        .map(|&col0| QColumns {
+            q: &w.values,
+            scale: &w.scale,
+            stride,
+            col0,
+            n,
+        })
+        .collect();
+    let reference = op.product(&xt, &columns);
+    let want: Vec<f32> = match cols.len() {
+        1 => reference[0].clone(),
+        _ => reference[0]
+            .iter()
+            .zip(&reference[1])
+            .map(|(&g, &u)| (g * sigmoid(g)) * u)
+            .collect(),
+    };
+    let weight = |col0| Weight {
+        q: w.bytes.as_ptr(),
+        scale: w.scale.as_ptr(),
+        stride,
+        col0,
+    };
+    let kernels = [QKernel::Scalar, detect()];
+    for kernel in kernels {
+        for threads in [1, 2] {
+            let mut y = vec![f32::NAN; rows * n];
+            let call = Call {
+                rows,
+                k,
+                n,
+                group,
+                int4,
+                x: x.as_ptr(),
+                weights: [weight(cols[0]), weight(*cols.last().unwrap())],
+                count: cols.len(),
+                y: y.as_mut_ptr(),
+                kernel,
+            };
+            // SAFETY: the buffers hold what the shapes say.
+            unsafe { run(&call, threads) };
+            for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{kernel:?} threads {threads}: rows {rows} k {k} g {group} n {n} \
+                     stride {stride} cols {cols:?} int4 {int4}: element {i}: {a} != {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn qmatmul_bit_exact_with_the_reference() {
+    let mut seed = 1;
+    for int4 in [false, true] {
+        for (k, group) in [
+            (64, 32),
+            (96, 96),
+            (40, 8),
+            (36, 12),
+            (30, 10),
+            (8, 8),
+            (260, 4),
+        ] {
+            for rows in [1, 2, 5, 9] {
+                for n in [16, 33, 64, 100] {
+                    seed += 1;
+                    check(seed, rows, k, group, n, n, &[0], int4);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn column_ranges_odd_strides_and_long_rows() {
+    for int4 in [false, true] {
+        // Columns 6.. of a [k, 70] buffer; an odd stride (i4 rows off a byte).
+        check(7, 3, 64, 16, 48, 70, &[6], int4);
+        check(8, 2, 64, 64, 33, 33, &[0], int4);
+        // A K longer than a band of 64 rows holds, many rows.
+        check(9, 70, 2048, 128, 40, 40, &[0], int4);
+    }
+}
+
+#[test]
+fn qswiglu_fused_and_separate_weights() {
+    for int4 in [false, true] {
+        // Fused gate/up [k, 2n]: gate columns 0.., up columns n...
+        check(11, 3, 64, 32, 40, 80, &[0, 40], int4);
+        check(12, 1, 128, 64, 64, 128, &[0, 64], int4);
+        // Two weights of one buffer shape: gate and up at column 0 of
+        // the same buffer (equal values are fine for the arithmetic).
+        check(13, 5, 32, 32, 17, 17, &[0, 0], int4);
+    }
+}
+
+#[test]
+fn this_machine_has_a_fast_path_where_expected() {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avxvnni") {
+        assert_eq!(detect(), QKernel::AvxVnni);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        assert_eq!(detect(), QKernel::NeonDot);
+    }
+}
