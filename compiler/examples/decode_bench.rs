@@ -52,14 +52,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use slmcc_backends::cpu::CpuOptions;
-use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef};
+use slmcc_ir::{DType, Graph, Module, Op, OpDef, ValueDef};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::timed::{Recorder, TimedKernels};
 
-use slmcc::pipeline::{BucketSpec, Pipeline};
+use slmcc::pipeline::{BucketSpec, Pipeline, QuantizeOptions};
 use slmcc_passes::transforms::kv_cache::KvCacheOptions;
 
 #[derive(Parser, Debug)]
@@ -97,6 +97,11 @@ struct Args {
     /// The Python with onnxruntime (the venv scripts/test creates).
     #[arg(long, default_value = "target/pyenv/bin/python")]
     python: PathBuf,
+    /// The Python that runs onnxruntime's 4-bit quantizer (it needs
+    /// `onnx_ir` and `ml_dtypes` beside onnxruntime: scripts/bench-decode
+    /// passes the generator venv's).
+    #[arg(long, default_value = "target/pyenv/bin/python")]
+    q4_python: PathBuf,
     /// The onnxruntime side.
     #[arg(long, default_value = "bench/ort_decode.py")]
     ort_script: PathBuf,
@@ -118,6 +123,10 @@ struct Args {
     /// The INT4 group of slmcc's `w4a8`.
     #[arg(long, default_value_t = 32)]
     quant_group: usize,
+    /// Keep slmcc's LM head in f32 (`slmcc compile`'s default); without
+    /// it the head is quantized too, as onnxruntime's 4-bit model has it.
+    #[arg(long)]
+    keep_lm_head: bool,
     /// Skip onnxruntime's 4-bit model (`MatMulNBits`, made by
     /// `bench/ort_quantize_q4.py` with blocks of `--quant-group`).
     #[arg(long)]
@@ -222,8 +231,18 @@ fn run(args: &Args) -> anyhow::Result<()> {
         args.threads,
     );
     println!(
-        "slmcc w8a8/w4a8: `--quant` weights (INT4 groups of {g}; the LM head kept f32),          activations INT8 per token; onnxruntime 4-bit: MatMulNBits by its own          MatMulNBitsQuantizer (symmetric, blocks of {g}; bench/ort_quantize_q4.py).          \"of DDR roofline\": the engine's own weight bytes per step (onnxruntime 4-bit:          estimated as half a byte per weight plus a scale per block) over the DRAM read          bandwidth; \"time / ORT\": median step time over onnxruntime's (below 1: faster)",
-        g = args.quant_group
+        "slmcc w8a8/w4a8: `--quant` weights (INT4 groups of {g}; the LM head {head}), activations \
+         INT8 per token; onnxruntime 4-bit: MatMulNBits by its own MatMulNBitsQuantizer \
+         (symmetric, blocks of {g}; bench/ort_quantize_q4.py). \"of DDR roofline\": the engine's \
+         own weight bytes per step (onnxruntime 4-bit: estimated as half a byte per weight plus a \
+         scale per block) over the DRAM read bandwidth; \"time / ORT\": median step time over \
+         onnxruntime's (below 1: faster)",
+        g = args.quant_group,
+        head = if args.keep_lm_head {
+            "kept f32"
+        } else {
+            "quantized too, as in onnxruntime's"
+        }
     );
     println!();
     print_table(&rows);
@@ -315,7 +334,10 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
 
     let mut variants = Vec::new();
     for q in &args.quant {
-        let quant = quant_options(q, args.quant_group)?;
+        let quant = quant_options(q, args.quant_group)?.map(|o| QuantizeOptions {
+            keep_lm_head: args.keep_lm_head,
+            ..o
+        });
         let (module, weights) = prepare(&plain, args, quant)?;
         let decoder = planned_decoder(&module, args.threads, None)
             .map_err(|e| anyhow!("{}: {e}", plain.display()))?;
@@ -475,7 +497,6 @@ impl OrtKind {
 
 /// The `quantize` options of scheme `q` (`none`, `w8a8`, `w4a8`).
 fn quant_options(q: &str, group: usize) -> anyhow::Result<slmcc::pipeline::Quant> {
-    use slmcc::pipeline::QuantizeOptions;
     Ok(match q {
         "none" => None,
         "w8a8" => Some(QuantizeOptions::int8()),
@@ -507,7 +528,7 @@ fn ort_q4_model(args: &Args, past: &Path, name: &str) -> Result<PathBuf, String>
         "{name}: quantizing {} with onnxruntime's MatMulNBitsQuantizer...",
         past.display()
     );
-    let python = args.root.join(&args.python);
+    let python = args.root.join(&args.q4_python);
     let script = args.root.join("bench/ort_quantize_q4.py");
     let o = Command::new(&python)
         .arg(&script)
@@ -793,7 +814,8 @@ impl WeightBytes {
                     .ok_or_else(|| anyhow!("weight {name} has no static shape"))?;
             let bytes = w.ty.dtype.bytes_for(dims.iter().product()) as u64;
             total += bytes;
-            if !w.ty.dtype.is_float() {
+            // Float weights and quantized ones (not index tables).
+            if !(w.ty.dtype.is_float() || matches!(w.ty.dtype, DType::I8 | DType::I4)) {
                 continue;
             }
             match full.get(name) {

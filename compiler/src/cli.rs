@@ -122,8 +122,9 @@ pub enum PrefillLogits {
 /// `--threads`, shared by the commands that run kernels.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct ThreadsArgs {
-    /// Threads for the cpu kernels' matrix products (the host GEMM splits
-    /// large ones); other kernels run on one thread.
+    /// Threads for the cpu kernels' matrix products (the host GEMM and the
+    /// quantized products split large ones, in a package's objects too);
+    /// other kernels run on one thread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=slmcc_backends::cpu::MAX_THREADS as i64))]
     pub threads: u16,
     /// Run the process's threads only on these cores (`4-7`, `0,2`): on the
@@ -330,6 +331,11 @@ pub struct RunArgs {
     /// smallest that holds it.
     #[arg(long, value_name = "N,N,...")]
     pub buckets: Option<String>,
+    /// Time every kernel call and print on stderr, at the end: time and
+    /// bytes moved per op kind, the slowest nodes, and peak memory (the
+    /// planned executor: a package, or --buckets, on cpu or npu-sim).
+    #[arg(long)]
+    pub profile: bool,
     #[command(flatten)]
     pub threads: ThreadsArgs,
 }
@@ -385,6 +391,11 @@ pub struct GenerateArgs {
     /// Print only the generated ids, one line at the end (no streaming, no timing).
     #[arg(long)]
     pub quiet: bool,
+    /// Time every kernel call and print on stderr, at the end: time and
+    /// bytes moved per op kind, the slowest nodes, prefill and decode
+    /// tokens/s, and peak memory (cpu and npu-sim backends).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Weight quantization: the `quantize` pass after fusion.

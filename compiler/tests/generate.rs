@@ -259,3 +259,98 @@ fn a_text_prompt_goes_through_the_tokenizer() {
     let want = t.decode(&ids, true).unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout), format!("{want}\n"));
 }
+
+/// `--profile` on `generate` and `run`: the results stay those of a run
+/// without it, and stderr holds the per-op table (the quantized products
+/// among the ops), the slowest nodes, both phases' rates (`generate`) and
+/// the peak memory; the reference interpreter, which has no kernels to
+/// time, is refused.
+#[test]
+fn profile_reports_ops_phases_and_memory() {
+    let dir = tempdir();
+    let model = repo().join("testdata/models/qwen2.onnx");
+    let model = model.to_str().unwrap();
+    let pkg = dir.join("profile-w4a8.slmpkg");
+    let pkg = pkg.to_str().unwrap();
+    let o = slmcc(&[
+        "compile",
+        model,
+        "--target",
+        "cpu",
+        "--quant",
+        "w4a8",
+        "--kv-cache",
+        "--buckets",
+        "16",
+        "-o",
+        pkg,
+    ]);
+    assert!(o.status.success(), "compile: {}", stderr(&o));
+    let args = [
+        "generate",
+        pkg,
+        "--prompt-ids",
+        "3,1,4,1,5",
+        "--max-new-tokens",
+        "8",
+    ];
+    let plain = slmcc(&args);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let profiled = slmcc(&[&args[..], &["--profile"]].concat());
+    assert!(profiled.status.success(), "{}", stderr(&profiled));
+    assert_eq!(
+        stdout(&profiled),
+        stdout(&plain),
+        "--profile changed the tokens"
+    );
+    let err = stderr(&profiled);
+    for want in [
+        "profile (wall time of every kernel call)",
+        "\nqmatmul ",
+        "\nqswiglu ",
+        "slowest nodes:",
+        "prefill: 5 tokens in ",
+        "decode: 7 steps in ",
+        "peak memory (resident): ",
+    ] {
+        assert!(err.contains(want), "no `{want}` in:\n{err}");
+    }
+
+    let plain_pkg = dir.join("profile-f32.slmpkg");
+    let plain_pkg = plain_pkg.to_str().unwrap();
+    let o = slmcc(&[
+        "compile",
+        model,
+        "--target",
+        "cpu",
+        "--buckets",
+        "16",
+        "-o",
+        plain_pkg,
+    ]);
+    assert!(o.status.success(), "compile: {}", stderr(&o));
+    let input = repo().join("goldens/qwen2/seq11/input_ids.npy");
+    let input = format!("input_ids={}", input.display());
+    let run = ["run", plain_pkg, "--input", input.as_str()];
+    let plain = slmcc(&run);
+    let profiled = slmcc(&[&run[..], &["--profile"]].concat());
+    assert!(profiled.status.success(), "{}", stderr(&profiled));
+    assert_eq!(stdout(&profiled), stdout(&plain));
+    let err = stderr(&profiled);
+    assert!(
+        err.contains("\nmatmul ") && err.contains("\nrun: "),
+        "{err}"
+    );
+
+    let refused = slmcc(&[
+        "generate",
+        model,
+        "--backend",
+        "reference",
+        "--prompt-ids",
+        "1,2",
+        "--profile",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--profile times kernels"));
+}

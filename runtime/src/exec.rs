@@ -75,6 +75,12 @@ pub trait KernelSet {
     fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String>;
 }
 
+impl<K: KernelSet + ?Sized> KernelSet for Box<K> {
+    fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String> {
+        (**self).kernel(graph, node)
+    }
+}
+
 /// A failure to load or run, naming the graph and, when a node is at fault,
 /// the node.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

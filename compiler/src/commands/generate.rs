@@ -7,7 +7,8 @@
 //! compiled with `--kv-cache` already holds those bucket graphs.
 
 use std::io::Write as _;
-use std::time::Instant;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use slmcc_backends::cpu::CpuOptions;
@@ -20,6 +21,7 @@ use slmcc_runtime::npy;
 use slmcc_runtime::sample::{Sampler, Sampling};
 
 use super::load::{cpu_kernels, is_rk3588, npu_sim_kernels, Backend, Loaded};
+use super::profile::{Phases, Profile};
 use super::tokenize::Tokenizer;
 use crate::cli::{BackendArg, GenerateArgs, QuantScheme};
 use crate::exit::CmdResult;
@@ -40,7 +42,8 @@ pub fn run(args: GenerateArgs) -> CmdResult {
         None => None,
     };
     let prompt = prompt_ids(&args, tokenizer.as_ref())?;
-    let mut decoder = load_decoder(&args)?;
+    let profile = args.profile.then(Profile::new);
+    let mut decoder = load_decoder(&args, profile.as_ref())?;
     if let Some(&bad) = prompt
         .iter()
         .find(|&&id| id < 0 || id >= decoder.vocab() as i64)
@@ -51,7 +54,16 @@ pub fn run(args: GenerateArgs) -> CmdResult {
         )
         .into());
     }
-    generate(&args, &mut decoder, &prompt, sampling, tokenizer.as_ref())
+    let timing = generate(&args, &mut decoder, &prompt, sampling, tokenizer.as_ref())?;
+    if let (Some(p), Some((first, total, generated))) = (profile, timing) {
+        p.print(&Phases::Generate {
+            prompt: prompt.len(),
+            prefill: first,
+            decoded: generated.saturating_sub(1),
+            decode: total.saturating_sub(first),
+        });
+    }
+    Ok(())
 }
 
 /// The prompt's ids, from `--prompt-ids` or `--prompt` with the tokenizer.
@@ -76,7 +88,7 @@ fn prompt_ids(args: &GenerateArgs, tokenizer: Option<&Tokenizer>) -> anyhow::Res
 
 /// Loads the model and makes its decoder on `backend` (by default `cpu`,
 /// or a package's target).
-fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
+fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::Result<Decoder> {
     let path = &args.model;
     let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
     let loaded = Loaded::load(path)?;
@@ -115,10 +127,15 @@ fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
     }
     let cpu = args.threads.cpu_options();
     match backend {
+        Backend::Reference if profile.is_some() => {
+            bail!("--profile times kernels: it needs --backend cpu or npu-sim")
+        }
         Backend::Reference => Decoder::reference(module, "main").map_err(|e| at(&e)),
-        Backend::Cpu => planned_decoder(&module, &cpu, package.as_ref(), None).map_err(|e| at(&e)),
+        Backend::Cpu => {
+            planned_decoder(&module, &cpu, package.as_ref(), None, profile).map_err(|e| at(&e))
+        }
         Backend::NpuSim(ops) => {
-            planned_decoder(&module, &cpu, package.as_ref(), Some(ops)).map_err(|e| at(&e))
+            planned_decoder(&module, &cpu, package.as_ref(), Some(ops), profile).map_err(|e| at(&e))
         }
     }
 }
@@ -126,19 +143,20 @@ fn load_decoder(args: &GenerateArgs) -> anyhow::Result<Decoder> {
 /// The planned decoder over every bucket graph of `module`: cpu kernels
 /// (a package's objects for this machine when it has them), or with `npu`
 /// the NPU nodes of the kinds given on the simulator (the programs of an
-/// rk3588 package when given).
+/// rk3588 package when given); every kernel timed into `profile` if given.
 fn planned_decoder(
     module: &Module,
     options: &CpuOptions,
     package: Option<&Package>,
     npu: Option<NpuOps>,
+    profile: Option<&Rc<Profile>>,
 ) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
     let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let fail =
             |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
-        Ok(match npu {
+        let kernels: Box<dyn KernelSet> = match npu {
             Some(ops) => {
                 let programs = package.filter(|p| is_rk3588(p));
                 Box::new(
@@ -147,19 +165,25 @@ fn planned_decoder(
                 )
             }
             None => cpu_kernels(g, package, options).map_err(|e| fail(&e))?,
+        };
+        Ok(match profile {
+            Some(p) => p.wrap(g, kernels),
+            None => kernels,
         })
     };
     Decoder::planned(module, &graphs, &kernels)
 }
 
-/// Prefills `prompt`, then decodes up to `--max-new-tokens`, streaming.
+/// Prefills `prompt`, then decodes up to `--max-new-tokens`, streaming;
+/// returns the time to the first token, the whole time and the tokens
+/// generated (none when none was asked for).
 fn generate(
     args: &GenerateArgs,
     decoder: &mut Decoder,
     prompt: &[i64],
     sampling: Sampling,
     tokenizer: Option<&Tokenizer>,
-) -> CmdResult {
+) -> anyhow::Result<Option<(Duration, Duration, usize)>> {
     let path = &args.model;
     let at = |e: DecodeError| anyhow!("{}: {e}", path.display());
     let vocab = decoder.vocab();
@@ -211,7 +235,7 @@ fn generate(
     if !args.quiet {
         report(prompt.len(), generated.len(), first_token, total);
     }
-    Ok(())
+    Ok(first_token.map(|f| (f, total, generated.len())))
 }
 
 /// What of the generated text is on stdout: the text decoded from
@@ -253,12 +277,7 @@ fn stream(
 }
 
 /// Timing on stderr: time to first token (the prefill) and the decode rate.
-fn report(
-    prompt: usize,
-    generated: usize,
-    first: Option<std::time::Duration>,
-    total: std::time::Duration,
-) {
+fn report(prompt: usize, generated: usize, first: Option<Duration>, total: Duration) {
     let Some(first) = first else { return };
     let decode = total.saturating_sub(first).as_secs_f64();
     let rate = if generated > 1 && decode > 0.0 {

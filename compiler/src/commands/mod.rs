@@ -10,6 +10,7 @@ mod onnx_test;
 mod opt;
 mod passes;
 pub mod pin;
+mod profile;
 mod report;
 mod run;
 mod tokenize;

@@ -2,6 +2,8 @@
 
 use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::{BucketSpec, Pipeline, Quant};
@@ -18,6 +20,7 @@ use super::load::{
     cpu_kernels, entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels,
     prepare_quantized, read_tensor, Backend, Loaded,
 };
+use super::profile::{Phases, Profile};
 use crate::cli::{BackendArg, QuantScheme, RunArgs};
 use crate::exit::CmdResult;
 
@@ -46,6 +49,8 @@ pub fn run(args: RunArgs) -> CmdResult {
         )
         .into());
     }
+    let profile = args.profile.then(Profile::new);
+    let started = Instant::now();
     let result = if args.buckets.is_some() || !module.buckets.is_empty() {
         run_bucketed(
             &mut module,
@@ -54,7 +59,14 @@ pub fn run(args: RunArgs) -> CmdResult {
             quant,
             &args,
             &inputs,
+            profile.as_ref(),
         )?
+    } else if profile.is_some() {
+        return Err(anyhow!(
+            "{}: --profile times the planned executor: give a package or --buckets",
+            args.model.display()
+        )
+        .into());
     } else {
         prepare_quantized(&mut module, quant, &args.model)?;
         let graph = entry_graph(&module)?;
@@ -68,6 +80,11 @@ pub fn run(args: RunArgs) -> CmdResult {
         )
         .map_err(|e| anyhow!("{}: {e}", args.model.display()))?
     };
+    if let Some(p) = &profile {
+        p.print(&Phases::Run {
+            wall: started.elapsed(),
+        });
+    }
     match &args.output_dir {
         Some(dir) => {
             std::fs::create_dir_all(dir)
@@ -107,6 +124,7 @@ fn run_bucketed(
     quant: Quant,
     args: &RunArgs,
     inputs: &[(String, Tensor)],
+    profile: Option<&Rc<Profile>>,
 ) -> anyhow::Result<RunResult> {
     let path = &args.model;
     let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
@@ -176,6 +194,9 @@ fn run_bucketed(
     let len = buckets.length(inputs).map_err(|e| at(&e))?;
     let padding = Padding::default();
     let run = match backend {
+        Backend::Reference if profile.is_some() => {
+            bail!("--profile times kernels: it needs --backend cpu or npu-sim")
+        }
         Backend::Reference => buckets.run(inputs, padding).map_err(|e| at(&e))?,
         Backend::Cpu | Backend::NpuSim(_) => {
             let Some((_, info)) = buckets.pick(len) else {
@@ -195,7 +216,7 @@ fn run_bucketed(
                     node: None,
                     message,
                 };
-                Ok(match backend {
+                let kernels: Box<dyn KernelSet> = match backend {
                     Backend::NpuSim(ops) => {
                         let programs = pkg.filter(|p| is_rk3588(p));
                         let k = npu_sim_kernels(module, g, programs, &target, &options, ops)
@@ -204,6 +225,10 @@ fn run_bucketed(
                         Box::new(k)
                     }
                     _ => cpu_kernels(g, pkg, &options).map_err(fail)?,
+                };
+                Ok(match profile {
+                    Some(p) => p.wrap(g, kernels),
+                    None => kernels,
                 })
             };
             let mut planned =

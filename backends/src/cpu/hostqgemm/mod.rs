@@ -31,15 +31,16 @@
 //! thread and the product is large enough), rows in tiles of up to
 //! [`TILE_ROWS`] (from bands quantized once per call on the calling
 //! thread into a 128 KiB stack buffer, hence [`MAX_K`]), columns
-//! in blocks of 16 whose weights are read four rows of `K` at a time and
-//! interleaved so that each 32-bit lane holds one column's four weights.
-//! Columns past the last whole block, an `i4` weight whose rows do not
-//! start on a byte, and a group's last `G mod 4` rows take the scalar
-//! steps.
+//! in strips of 16 whose weights are read four rows of `K` at a time and
+//! interleaved so that each 32-bit lane holds one column's four weights;
+//! each group's sums become floats and are scaled and added in vector
+//! registers (the same IEEE operations as the reference, lane by lane).
+//! Columns past the last whole strip, an `i4` weight whose rows do not
+//! start on a byte, and a group of a length that is not a multiple of 4
+//! take the plain loops.
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
-mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -232,24 +233,16 @@ impl Tile<'_> {
     }
 }
 
-/// Where one block's sums come from: rows `k0 .. k0 + 4·steps` and
-/// columns `c .. c + 16` of weight `w`, by the tile's rows.
+/// One strip of a product: columns `c .. c + 16` of weight `w`, every
+/// group (of `group` rows, a multiple of 4), by the tile's rows.
 #[derive(Clone, Copy)]
-pub(super) struct Span<'a> {
+pub(super) struct Strip<'a> {
     int4: bool,
     w: &'a Weight,
     tile: &'a Tile<'a>,
-    k0: usize,
-    steps: usize,
+    group: usize,
+    groups: usize,
     c: usize,
-}
-
-/// The block products of one group: `raw[r][j] = Σ (xq + bias)·q` and
-/// `csum[j] = Σ q` over the group's first `4·⌊G/4⌋` rows, for columns
-/// `c .. c + 16`.
-pub(super) struct BlockSums {
-    raw: [[i32; BLOCK]; TILE_ROWS],
-    csum: [i32; BLOCK],
 }
 
 /// The quantized products, in the reference's numerics (see the module
@@ -416,54 +409,53 @@ unsafe fn columns(
     out: &mut [[f32; BLOCK]; TILE_ROWS],
 ) {
     let g = call.group;
-    let whole = if width == BLOCK { g / 4 * 4 } else { 0 };
-    let mut block = BlockSums {
-        raw: [[0; BLOCK]; TILE_ROWS],
-        csum: [0; BLOCK],
-    };
-    for gi in 0..call.k / g {
-        let k0 = gi * g;
-        block.raw = [[0; BLOCK]; TILE_ROWS];
-        block.csum = [0; BLOCK];
-        if whole > 0 {
-            let span = Span {
-                int4: call.int4,
-                w,
-                tile,
-                k0,
-                steps: whole / 4,
-                c,
-            };
-            vector_block(call.kernel, span, &mut block);
+    if width == BLOCK && g.is_multiple_of(4) {
+        let strip = Strip {
+            int4: call.int4,
+            w,
+            tile,
+            group: g,
+            groups: call.k / g,
+            c,
+        };
+        if vector_strip(call.kernel, strip, out) {
+            return;
         }
-        for k in k0 + whole..k0 + g {
+    }
+    for gi in 0..call.k / g {
+        let mut raw = [[0i32; BLOCK]; TILE_ROWS];
+        let mut csum = [0i32; BLOCK];
+        for k in gi * g..(gi + 1) * g {
             for j in 0..width {
                 let q = w.get(call.int4, k, c + j);
-                block.csum[j] += q;
-                for r in 0..tile.rows {
-                    block.raw[r][j] += tile.x(r, k) * q;
+                csum[j] += q;
+                for (r, sums) in raw.iter_mut().enumerate().take(tile.rows) {
+                    sums[j] += tile.x(r, k) * q;
                 }
             }
         }
         for (r, row) in out.iter_mut().enumerate().take(tile.rows) {
-            let (s, zc, raw) = (tile.s[r], tile.zc[r], &block.raw[r]);
+            let (s, zc) = (tile.s[r], tile.zc[r]);
             for (j, o) in row.iter_mut().enumerate().take(width) {
-                let acc = raw[j].wrapping_sub(zc.wrapping_mul(block.csum[j]));
+                let acc = raw[r][j].wrapping_sub(zc.wrapping_mul(csum[j]));
                 *o += acc as f32 * (s * w.scale(gi, c + j));
             }
         }
     }
 }
 
-/// `block` for `span`, on this process's dot-product instructions.
-unsafe fn vector_block(kernel: QKernel, span: Span, block: &mut BlockSums) {
+/// Steps 5 and 6 for `strip` on this process's dot-product instructions,
+/// into `out` (which starts at `+0.0`); false when it has none (the plain
+/// loops then run).
+unsafe fn vector_strip(kernel: QKernel, strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]) -> bool {
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        QKernel::AvxVnni => x86::block_avxvnni(span, block),
+        QKernel::AvxVnni => x86::strip_avxvnni(strip, out),
         #[cfg(target_arch = "x86_64")]
-        QKernel::Avx512Vnni => x86::block_avx512vnni(span, block),
+        QKernel::Avx512Vnni => x86::strip_avx512vnni(strip, out),
         #[cfg(target_arch = "aarch64")]
-        QKernel::NeonDot => aarch64::block_sdot(span, block),
-        _ => scalar::block(span, block),
+        QKernel::NeonDot => aarch64::strip_sdot(strip, out),
+        _ => return false,
     }
+    true
 }

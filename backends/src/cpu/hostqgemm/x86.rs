@@ -1,4 +1,4 @@
-//! The x86-64 block of [`super::vector_block`]: `vpdpbusd` (AVX-VNNI, or
+//! The x86-64 strip of [`super::vector_strip`]: `vpdpbusd` (AVX-VNNI, or
 //! AVX-512 VNNI on 256-bit vectors) on unsigned activations (`xq + 128`)
 //! by signed weights.
 //!
@@ -8,27 +8,28 @@
 //! 16-bit pairs) so that each 32-bit lane holds one column's four weights;
 //! one `vpdpbusd` per row of the tile and 8 columns adds the four products
 //! to that column's sum, and one by a vector of ones adds the weights
-//! themselves to the column sums.
+//! themselves to the column sums. After each group, per row and lane:
+//! `sum - (z + 128)·Σq` (wrapping `i32`), converted to `f32`, times
+//! `s · scale`, added to the row's `f32` sums: the reference's steps.
 
 use std::arch::x86_64::*;
 
-use super::{BlockSums, Span, TILE_ROWS};
+use super::{Strip, BLOCK, TILE_ROWS};
 
-macro_rules! vnni_block {
+macro_rules! vnni_strip {
     ($name:ident, $features:literal, $dot:ident) => {
-        /// `block` for rows `k0 .. k0 + 4·steps` and columns `c .. c + 16`
-        /// (stored over its contents).
+        /// Steps 5 and 6 for `strip` into `out`.
         ///
         /// # Safety
-        /// The CPU has the features; the rows and columns lie inside `w`,
+        /// The CPU has the features; the strip lies inside its weight,
         /// whose `i4` rows start on a byte.
         #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(span: Span, block: &mut BlockSums) {
-            match span.tile.rows {
-                1 => rows::<1>(span, block),
-                2 => rows::<2>(span, block),
-                3 => rows::<3>(span, block),
-                _ => rows::<TILE_ROWS>(span, block),
+        pub(super) unsafe fn $name(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]) {
+            match strip.tile.rows {
+                1 => rows::<1>(strip, out),
+                2 => rows::<2>(strip, out),
+                3 => rows::<3>(strip, out),
+                _ => rows::<TILE_ROWS>(strip, out),
             }
 
             #[target_feature(enable = $features)]
@@ -47,61 +48,79 @@ macro_rules! vnni_block {
 
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn rows<const R: usize>(span: Span, block: &mut BlockSums) {
-                let Span {
+            unsafe fn rows<const R: usize>(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]) {
+                let Strip {
                     int4,
                     w,
                     tile,
-                    k0,
-                    steps,
+                    group,
+                    groups,
                     c,
-                } = span;
+                } = strip;
                 let row_bytes = if int4 { w.stride / 2 } else { w.stride };
-                let mut p = w.row_ptr(int4, k0, c);
                 let ones = _mm256_set1_epi8(1);
                 let zero = _mm256_setzero_si256();
-                let (mut lo, mut hi) = ([zero; R], [zero; R]);
-                let (mut sum_lo, mut sum_hi) = (zero, zero);
-                let xs: [*const u8; R] = std::array::from_fn(|r| tile.xq[r].as_ptr().add(k0));
-                for step in 0..steps {
-                    let r0 = load16(p, int4);
-                    let r1 = load16(p.add(row_bytes), int4);
-                    let r2 = load16(p.add(2 * row_bytes), int4);
-                    let r3 = load16(p.add(3 * row_bytes), int4);
-                    let t0 = _mm_unpacklo_epi8(r0, r1);
-                    let t1 = _mm_unpackhi_epi8(r0, r1);
-                    let t2 = _mm_unpacklo_epi8(r2, r3);
-                    let t3 = _mm_unpackhi_epi8(r2, r3);
-                    let w_lo =
-                        _mm256_set_m128i(_mm_unpackhi_epi16(t0, t2), _mm_unpacklo_epi16(t0, t2));
-                    let w_hi =
-                        _mm256_set_m128i(_mm_unpackhi_epi16(t1, t3), _mm_unpacklo_epi16(t1, t3));
-                    sum_lo = $dot(sum_lo, ones, w_lo);
-                    sum_hi = $dot(sum_hi, ones, w_hi);
-                    for r in 0..R {
-                        let x4 = xs[r].add(4 * step).cast::<i32>().read_unaligned();
-                        let xb = _mm256_set1_epi32(x4);
-                        lo[r] = $dot(lo[r], xb, w_lo);
-                        hi[r] = $dot(hi[r], xb, w_hi);
+                let xs: [*const u8; R] = std::array::from_fn(|r| tile.xq[r].as_ptr());
+                let zc: [__m256i; R] = std::array::from_fn(|r| _mm256_set1_epi32(tile.zc[r]));
+                let sv: [__m256; R] = std::array::from_fn(|r| _mm256_set1_ps(tile.s[r]));
+                let (mut f_lo, mut f_hi) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                for gi in 0..groups {
+                    let k0 = gi * group;
+                    let mut p = w.row_ptr(int4, k0, c);
+                    let (mut lo, mut hi) = ([zero; R], [zero; R]);
+                    let (mut sum_lo, mut sum_hi) = (zero, zero);
+                    for k in (k0..k0 + group).step_by(4) {
+                        let r0 = load16(p, int4);
+                        let r1 = load16(p.add(row_bytes), int4);
+                        let r2 = load16(p.add(2 * row_bytes), int4);
+                        let r3 = load16(p.add(3 * row_bytes), int4);
+                        let t0 = _mm_unpacklo_epi8(r0, r1);
+                        let t1 = _mm_unpackhi_epi8(r0, r1);
+                        let t2 = _mm_unpacklo_epi8(r2, r3);
+                        let t3 = _mm_unpackhi_epi8(r2, r3);
+                        let w_lo = _mm256_set_m128i(
+                            _mm_unpackhi_epi16(t0, t2),
+                            _mm_unpacklo_epi16(t0, t2),
+                        );
+                        let w_hi = _mm256_set_m128i(
+                            _mm_unpackhi_epi16(t1, t3),
+                            _mm_unpacklo_epi16(t1, t3),
+                        );
+                        sum_lo = $dot(sum_lo, ones, w_lo);
+                        sum_hi = $dot(sum_hi, ones, w_hi);
+                        for r in 0..R {
+                            let x4 = xs[r].add(k).cast::<i32>().read_unaligned();
+                            let xb = _mm256_set1_epi32(x4);
+                            lo[r] = $dot(lo[r], xb, w_lo);
+                            hi[r] = $dot(hi[r], xb, w_hi);
+                        }
+                        p = p.add(4 * row_bytes);
                     }
-                    p = p.add(4 * row_bytes);
+                    let sc = w.scale.add(gi * w.stride + w.col0 + c);
+                    let (sc_lo, sc_hi) = (_mm256_loadu_ps(sc), _mm256_loadu_ps(sc.add(8)));
+                    for r in 0..R {
+                        let a_lo = _mm256_sub_epi32(lo[r], _mm256_mullo_epi32(zc[r], sum_lo));
+                        let a_hi = _mm256_sub_epi32(hi[r], _mm256_mullo_epi32(zc[r], sum_hi));
+                        let m_lo =
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(a_lo), _mm256_mul_ps(sv[r], sc_lo));
+                        let m_hi =
+                            _mm256_mul_ps(_mm256_cvtepi32_ps(a_hi), _mm256_mul_ps(sv[r], sc_hi));
+                        f_lo[r] = _mm256_add_ps(f_lo[r], m_lo);
+                        f_hi[r] = _mm256_add_ps(f_hi[r], m_hi);
+                    }
                 }
-                let csum = block.csum.as_mut_ptr().cast::<__m256i>();
-                _mm256_storeu_si256(csum, sum_lo);
-                _mm256_storeu_si256(csum.add(1), sum_hi);
                 for r in 0..R {
-                    let raw = block.raw[r].as_mut_ptr().cast::<__m256i>();
-                    _mm256_storeu_si256(raw, lo[r]);
-                    _mm256_storeu_si256(raw.add(1), hi[r]);
+                    _mm256_storeu_ps(out[r].as_mut_ptr(), f_lo[r]);
+                    _mm256_storeu_ps(out[r].as_mut_ptr().add(8), f_hi[r]);
                 }
             }
         }
     };
 }
 
-vnni_block!(block_avxvnni, "avx2,avxvnni", _mm256_dpbusd_avx_epi32);
-vnni_block!(
-    block_avx512vnni,
+vnni_strip!(strip_avxvnni, "avx2,avxvnni", _mm256_dpbusd_avx_epi32);
+vnni_strip!(
+    strip_avx512vnni,
     "avx2,avx512vnni,avx512vl",
     _mm256_dpbusd_epi32
 );
