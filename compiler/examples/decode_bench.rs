@@ -343,13 +343,13 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
             .map_err(|e| anyhow!("{}: {e}", plain.display()))?;
         variants.push((format!("slmcc cpu {q}"), module, weights, decoder));
     }
-    let Some((_, module, weights, first)) = variants.first() else {
+    let Some((_, module, _, first)) = variants.first() else {
         bail!("--quant names no scheme");
     };
     let vocab = first.vocab();
     let kv = KvBytes::of(module, args.prompt_len + steps / 2)?;
+    // The f32 model's weights: the roofline's, and onnxruntime f32's.
     let f32_weights = WeightBytes::of(&slmcc::onnx::import_model(&plain)?)?;
-    let _ = weights;
     let prompt = prompt_ids(args.prompt_len, vocab);
     // Measured before and after the rounds, the better kept.
     let reread_before = reread_bandwidth(f32_weights.per_step, args.threads);
@@ -413,7 +413,7 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
     }
     let mut engines = Vec::new();
     let reference = &slmcc_tokens[0];
-    for (i, (label, module, weights, _)) in variants.iter().enumerate() {
+    for (i, (label, _, weights, _)) in variants.iter().enumerate() {
         let agree = if i == 0 {
             match peers.first() {
                 Some((_, Ok(_))) => {
@@ -424,7 +424,6 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
         } else {
             format!("{} (vs f32)", agreement(&slmcc_tokens[i], reference))
         };
-        let _ = module;
         engines.push(Engine {
             label: label.clone(),
             per_step: weights.per_step,
