@@ -333,12 +333,17 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
     }
 
     let mut variants = Vec::new();
+    let imported = slmcc::onnx::import_model(&plain)
+        .with_context(|| format!("slmcc: cannot import {}", plain.display()))?;
+    // The f32 model's weights: the roofline's, and onnxruntime f32's.
+    let f32_weights = WeightBytes::of(&imported)
+        .with_context(|| format!("{}: counting the weights", plain.display()))?;
     for q in &args.quant {
         let quant = quant_options(q, args.quant_group)?.map(|o| QuantizeOptions {
             keep_lm_head: args.keep_lm_head,
             ..o
         });
-        let (module, weights) = prepare(&plain, args, quant)?;
+        let (module, weights) = prepare(imported.clone(), &plain, args, quant)?;
         let decoder = planned_decoder(&module, args.threads, None)
             .map_err(|e| anyhow!("{}: {e}", plain.display()))?;
         variants.push((format!("slmcc cpu {q}"), module, weights, decoder));
@@ -348,8 +353,6 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
     };
     let vocab = first.vocab();
     let kv = KvBytes::of(module, args.prompt_len + steps / 2)?;
-    // The f32 model's weights: the roofline's, and onnxruntime f32's.
-    let f32_weights = WeightBytes::of(&slmcc::onnx::import_model(&plain)?)?;
     let prompt = prompt_ids(args.prompt_len, vocab);
     // Measured before and after the rounds, the better kept.
     let reread_before = reread_bandwidth(f32_weights.per_step, args.threads);
@@ -548,15 +551,15 @@ fn ort_q4_model(args: &Args, past: &Path, name: &str) -> Result<PathBuf, String>
     Ok(out)
 }
 
-/// Imports `path`, counts its weights, and runs the pipeline `slmcc
-/// generate` runs for the cpu backend.
+/// Runs on `module` (imported from `path`) the pipeline `slmcc generate`
+/// runs for the cpu backend with weights `quant`, and counts the weight
+/// bytes a step then reads.
 fn prepare(
+    mut module: Module,
     path: &Path,
     args: &Args,
     quant: slmcc::pipeline::Quant,
 ) -> anyhow::Result<(Module, WeightBytes)> {
-    let mut module = slmcc::onnx::import_model(path)
-        .with_context(|| format!("slmcc: cannot import {}", path.display()))?;
     let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
     let kv = KvCacheOptions {
         max_context: args.max_context,

@@ -134,13 +134,13 @@ pub struct ThreadsArgs {
 }
 
 impl ThreadsArgs {
-    /// The cpu backend's default options with this thread count.
     /// Applies `--pin-cores`, if given (before any kernel or worker thread
     /// exists).
     pub fn pin(&self) -> anyhow::Result<()> {
         self.pin_cores.map_or(Ok(()), |c| c.pin())
     }
 
+    /// The cpu backend's default options with this thread count.
     pub fn cpu_options(&self) -> slmcc_backends::cpu::CpuOptions {
         slmcc_backends::cpu::CpuOptions {
             threads: self.threads.into(),

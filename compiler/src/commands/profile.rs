@@ -27,11 +27,17 @@ struct NodeStat {
     nanos: u64,
 }
 
+/// One graph's nodes.
+struct GraphStats {
+    name: String,
+    nodes: Vec<NodeStat>,
+}
+
 /// The kernel times of one command.
 #[derive(Default)]
 pub struct Profile {
-    /// Per (graph, node).
-    nodes: RefCell<BTreeMap<(String, usize), NodeStat>>,
+    /// Per graph wrapped, its nodes' totals by node index.
+    graphs: RefCell<Vec<GraphStats>>,
 }
 
 /// What a command did besides its kernels, for the report.
@@ -54,29 +60,37 @@ impl Profile {
 
     /// `inner`'s kernels for graph `g`, each call timed into this profile.
     pub fn wrap(self: &Rc<Self>, g: &Graph, inner: Box<dyn KernelSet>) -> Box<dyn KernelSet> {
-        {
-            let mut nodes = self.nodes.borrow_mut();
-            for (i, node) in g.nodes.iter().enumerate() {
-                let bytes = node
-                    .inputs
-                    .iter()
-                    .chain(&node.outputs)
-                    .map(|&v| value_bytes(g, v))
-                    .sum();
-                nodes.insert(
-                    (g.name.clone(), i),
-                    NodeStat {
-                        kind: node.op.mnemonic().to_string(),
-                        bytes,
-                        ..NodeStat::default()
-                    },
-                );
+        // Looked up here, once, so that a call only indexes.
+        let index = {
+            let mut graphs = self.graphs.borrow_mut();
+            match graphs.iter().position(|s| s.name == g.name) {
+                Some(i) => i,
+                None => {
+                    let nodes = g
+                        .nodes
+                        .iter()
+                        .map(|node| NodeStat {
+                            kind: node.op.mnemonic().to_string(),
+                            bytes: node
+                                .inputs
+                                .iter()
+                                .chain(&node.outputs)
+                                .map(|&v| value_bytes(g, v))
+                                .sum(),
+                            ..NodeStat::default()
+                        })
+                        .collect();
+                    graphs.push(GraphStats {
+                        name: g.name.clone(),
+                        nodes,
+                    });
+                    graphs.len() - 1
+                }
             }
-        }
+        };
         let me = self.clone();
-        let graph = g.name.clone();
         let record: Recorder = Rc::new(move |node, nanos| {
-            if let Some(s) = me.nodes.borrow_mut().get_mut(&(graph.clone(), node)) {
+            if let Some(s) = me.graphs.borrow_mut()[index].nodes.get_mut(node) {
                 s.calls += 1;
                 s.nanos += nanos;
             }
@@ -90,9 +104,18 @@ impl Profile {
     }
 
     fn report(&self, phases: &Phases) -> String {
-        let nodes = self.nodes.borrow();
+        let graphs = self.graphs.borrow();
+        let called = || {
+            graphs.iter().flat_map(|g| {
+                g.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.calls > 0)
+                    .map(move |(i, s)| (g.name.as_str(), i, s))
+            })
+        };
         let mut kinds: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
-        for s in nodes.values().filter(|s| s.calls > 0) {
+        for (_, _, s) in called() {
             let k = kinds.entry(&s.kind).or_default();
             k.0 += s.calls;
             k.1 += s.nanos;
@@ -121,10 +144,10 @@ impl Profile {
             "",
             total as f64 / 1e6
         );
-        let mut slow: Vec<_> = nodes.iter().filter(|(_, s)| s.calls > 0).collect();
-        slow.sort_by_key(|s| std::cmp::Reverse(s.1.nanos));
+        let mut slow: Vec<_> = called().collect();
+        slow.sort_by_key(|(_, _, s)| std::cmp::Reverse(s.nanos));
         out += "slowest nodes:\n";
-        for ((graph, node), s) in slow.into_iter().take(8) {
+        for (graph, node, s) in slow.into_iter().take(8) {
             out += &format!(
                 "  @{graph} node {node} {}: {} calls, {:.3} ms, {:.3} ms per call\n",
                 s.kind,

@@ -8,11 +8,11 @@
 //! chosen once per process from what the CPU has ([`detect`]):
 //!
 //! - x86-64 with AVX-VNNI or AVX-512 VNNI (+VL): `vpdpbusd` on 256-bit
-//!   vectors ([`x86`]);
+//!   vectors (`x86.rs`);
 //! - aarch64 with the dot-product extension (Cortex-A76 and later, so
-//!   every RK3588): `sdot` ([`aarch64`]);
-//! - otherwise plain loops ([`scalar`]), correct but slow; the JIT then
-//!   keeps the generated kernel instead ([`fast`]).
+//!   every RK3588): `sdot` (`aarch64.rs`);
+//! - otherwise plain loops, correct but slow; the JIT then keeps the
+//!   generated kernel instead ([`fast`]).
 //!
 //! The weights are read in their stored form (`i8`, or `i4` two per byte):
 //! decode with 4-bit weights reads 4 bits per weight.
@@ -61,14 +61,14 @@ pub const QGEMM_SYMBOL: &str = "slmcc_qgemm";
 /// the band buffer); a longer `K` keeps the generated kernel.
 pub const MAX_K: usize = BAND_BYTES;
 
-/// Rows of `x` quantized and multiplied together (each weight block read
+/// Rows of `x` quantized and multiplied together (each weight strip read
 /// once per tile).
 pub const TILE_ROWS: usize = 4;
 
 /// Output columns per task.
 pub const CHUNK: usize = 64;
 
-/// Output columns per vector block.
+/// Output columns per vector strip.
 const BLOCK: usize = 16;
 
 /// Multiply-adds below which a call runs on the calling thread alone.
@@ -134,7 +134,7 @@ fn detect_now() -> QKernel {
 }
 
 /// Whether this CPU has a dot-product path (else the JIT keeps its
-/// generated kernel, which is faster than [`scalar`]).
+/// generated kernel, which is faster than the plain loops).
 pub fn fast() -> bool {
     detect() != QKernel::Scalar
 }
@@ -264,7 +264,7 @@ pub unsafe extern "C" fn slmcc_qgemm(
     k: u64,
     n: u64,
     group: u64,
-    int4: u32,
+    int4: u64,
     x: *const f32,
     q: *const u8,
     scale: *const f32,
@@ -274,7 +274,7 @@ pub unsafe extern "C" fn slmcc_qgemm(
     scale2: *const f32,
     col0_2: u64,
     y: *mut f32,
-    threads: u32,
+    threads: u64,
 ) {
     let (stride, col0) = (stride as usize, col0 as usize);
     let first = Weight {
@@ -367,7 +367,7 @@ unsafe fn run(call: &Call, threads: usize) {
 
 /// Columns `c0 .. c1` of result rows `m0 ..` (the tile's).
 unsafe fn chunk(call: &Call, tile: &Tile, m0: usize, c0: usize, c1: usize) {
-    // An i4 block is read a byte at a time: its first element must be even.
+    // An i4 strip is read a byte at a time: its first element must be even.
     let aligned = !call.int4
         || call.weights[..call.count]
             .iter()
