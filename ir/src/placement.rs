@@ -23,6 +23,8 @@
 
 use std::sync::Arc;
 
+use crate::ops::qlayout::QLayout;
+use crate::ops::qmatmul::QActivations;
 use crate::ops::Known;
 use crate::{DType, Graph, Op, Tensor, ValueDef, ValueId};
 
@@ -131,7 +133,18 @@ fn place_node(g: &Graph, i: usize) -> Placement {
             let packed = node.inputs[1..]
                 .iter()
                 .all(|&v| matches!(g.value(v).def, ValueDef::Weight(_)));
-            if !packed {
+            let (layout, activations) = match &node.op {
+                Op::QMatMul(op) => (op.layout, op.activations),
+                Op::QSwiGlu(op) => (op.layout, op.activations),
+                _ => unreachable!("matched above"),
+            };
+            if activations == QActivations::F32 {
+                Placement::cpu(
+                    "weight-only quantization: f32 activations (the NPU multiplies INT8 ones)",
+                )
+            } else if layout != QLayout::RowMajor {
+                Placement::cpu("weights stored for the CPU's dot products (pack-weights)")
+            } else if !packed {
                 Placement::cpu(
                     "quantized weights computed at run time (the NPU packs weights at load)",
                 )

@@ -38,7 +38,7 @@ pub use fused::{
     add_layer_norm, add_rms_norm, attention, fused_util, gelu, glu, kv_cache, rope, softcap,
 };
 pub use linalg::matmul;
-pub use quantized::{qmatmul, qswiglu};
+pub use quantized::{layout as qlayout, qmatmul, qswiglu};
 pub use reduction::{cum_sum, layer_norm, reduce, rms_norm, softmax};
 pub use shape::{
     concat, constant, constant_of_shape, expand, gather, gather_elements, gather_nd, identity,

@@ -33,6 +33,14 @@
 //!    to a sum that starts at `+0.0`, groups in increasing order, no fused
 //!    multiply-add.
 //!
+//! Weight-only quantization (`activations = "f32"`, `--quant w8`/`w4`)
+//! replaces steps 1–6: the activations stay `f32` and the result is the
+//! `matmul` of `x` by the dequantized weight,
+//! `y[m,n] = Σ_k x[m,k] · (q[k,n] as f32 · scale[k/G, n])`, each product
+//! `q · scale` rounded to `f32`. The reference sums in increasing `k`; as
+//! for `matmul`, a kernel may sum in another order (per group first, say),
+//! so results agree to `matmul`'s tolerance, not bit for bit.
+//!
 //! The weights are quantized ahead of time by the `quantize` pass (see its
 //! documentation for the round-to-nearest rule); this op only consumes them.
 
@@ -40,6 +48,7 @@ use crate::attr::{Attr, Attrs};
 use crate::dim::Dim;
 use crate::dtype::DType;
 use crate::ops::fused_util::infer_on_tensors;
+use crate::ops::quantized::layout::QLayout;
 use crate::ops::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
 use crate::shape::{Shape, TensorType};
 use crate::tensor::Tensor;
@@ -53,6 +62,21 @@ pub struct QMatMul {
     pub bits: u8,
     /// Rows of `K` sharing one scale per output column.
     pub group: i64,
+    /// The storage order of `q` ([`QLayout`]; `layout = "strips16"`).
+    pub layout: QLayout,
+    /// How the activations are multiplied (`activations = "f32"`:
+    /// weight-only quantization).
+    pub activations: QActivations,
+}
+
+/// How `qmatmul` multiplies its activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QActivations {
+    /// Quantized to INT8 per token, exact integer sums (steps 1–6).
+    #[default]
+    Int8,
+    /// Kept `f32`, by the dequantized weight (weight-only quantization).
+    F32,
 }
 
 impl QMatMul {
@@ -89,10 +113,17 @@ impl OpDef for QMatMul {
     }
 
     fn attrs(&self) -> Vec<(&'static str, Attr)> {
-        vec![
+        let mut attrs = vec![
             ("bits", Attr::Int(self.bits as i64)),
             ("group", Attr::Int(self.group)),
-        ]
+        ];
+        if let Some(name) = self.layout.attr_name() {
+            attrs.push(("layout", Attr::Str(name.to_string())));
+        }
+        if self.activations == QActivations::F32 {
+            attrs.push(("activations", Attr::Str("f32".to_string())));
+        }
+        attrs
     }
 
     fn infer(&self, inputs: &[&Fact]) -> Result<Vec<Fact>, OpError> {
@@ -109,7 +140,7 @@ impl OpDef for QMatMul {
         };
         let (x, q, scale) = (inputs[0], inputs[1], inputs[2]);
         let n = q.shape()[1];
-        let (qs, ss) = (weight_values(q), scale.to_f32_vec());
+        let (qs, ss) = (weight_values(q, self.layout), scale.to_f32_vec());
         let w = QColumns {
             q: &qs,
             scale: &ss,
@@ -129,9 +160,14 @@ pub fn result_type(x: &TensorType, n: Dim) -> TensorType {
     TensorType::new(DType::F32, Shape(out))
 }
 
-/// A quantized weight's values (`q` as `i32`) in row-major order.
-pub fn weight_values(q: &Tensor) -> Vec<i32> {
-    q.to_i64_vec().into_iter().map(|v| v as i32).collect()
+/// A quantized weight's values (`q: [K, N]` as `i32`, stored in `layout`)
+/// in row-major order.
+pub fn weight_values(q: &Tensor, layout: QLayout) -> Vec<i32> {
+    let stored: Vec<i32> = q.to_i64_vec().into_iter().map(|v| v as i32).collect();
+    match q.shape() {
+        &[k, n] => layout.row_major(q.dtype(), k, n, &stored),
+        _ => stored,
+    }
 }
 
 /// Columns `col0 .. col0 + n` of a quantized weight `q: [K, stride]` (as
@@ -169,6 +205,20 @@ impl QMatMul {
         let Some(kv) = k.as_fixed() else {
             bail!("`{op}` weights need a static K, got {q}");
         };
+        if self.layout != QLayout::RowMajor {
+            let Some(nv) = n.as_fixed() else {
+                bail!(
+                    "`{op}` with layout {:?} needs a static N, got {q}",
+                    self.layout
+                );
+            };
+            if let Some(why) = self.layout.unfit(wdt, kv as usize, nv as usize) {
+                bail!(
+                    "`{op}` weights {q} do not fit layout {:?}: {why}",
+                    self.layout
+                );
+            }
+        }
         if x.shape.dims().last() != Some(k) {
             bail!("`{op}` contraction dims differ: x {x} vs weights {q}");
         }
@@ -195,6 +245,12 @@ impl QMatMul {
         let rows: usize = x.shape()[..x.rank().saturating_sub(1)].iter().product();
         let g = self.group as usize;
         let xs = x.to_f32_vec();
+        if self.activations == QActivations::F32 {
+            return ws
+                .iter()
+                .map(|w| weight_only_product(&xs, rows, k, g, w))
+                .collect();
+        }
         let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; rows * w.n]).collect();
         let mut acc = Vec::new();
         let mut xq = vec![0i32; k];
@@ -227,13 +283,59 @@ impl QMatMul {
     }
 }
 
+/// The weight-only product: `rows` rows of `x` (`[rows, k]`) by the
+/// dequantized columns `w`, summed in increasing `k`.
+fn weight_only_product(xs: &[f32], rows: usize, k: usize, g: usize, w: &QColumns) -> Vec<f32> {
+    let mut y = vec![0f32; rows * w.n];
+    let mut dq = vec![0f32; w.n];
+    for kk in 0..k {
+        let (at, sat) = (kk * w.stride + w.col0, (kk / g) * w.stride + w.col0);
+        for ((d, &q), &sc) in dq.iter_mut().zip(&w.q[at..at + w.n]).zip(&w.scale[sat..]) {
+            *d = q as f32 * sc;
+        }
+        for m in 0..rows {
+            let xv = xs[m * k + kk];
+            for (o, &d) in y[m * w.n..(m + 1) * w.n].iter_mut().zip(&dq) {
+                *o += xv * d;
+            }
+        }
+    }
+    y
+}
+
 impl OpBuild for QMatMul {
     const MNEMONICS: &'static [&'static str] = &["qmatmul"];
 
     fn build(_: &str, attrs: &mut Attrs, _: &[TensorType]) -> Result<Self, OpError> {
         let bits = attrs.int("bits")?;
         let group = attrs.int("group")?;
-        QMatMul::new(bits, group)
+        let layout = layout_attr("qmatmul", attrs)?;
+        let activations = activations_attr("qmatmul", attrs)?;
+        Ok(QMatMul {
+            layout,
+            activations,
+            ..QMatMul::new(bits, group)?
+        })
+    }
+}
+
+/// The optional `activations` attribute of `op` (`int8` when absent).
+pub(crate) fn activations_attr(op: &str, attrs: &mut Attrs) -> Result<QActivations, OpError> {
+    match attrs.opt_str("activations")?.as_deref() {
+        None | Some("int8") => Ok(QActivations::Int8),
+        Some("f32") => Ok(QActivations::F32),
+        Some(other) => bail!("`{op}` activations must be \"int8\" or \"f32\", got {other:?}"),
+    }
+}
+
+/// The optional `layout` attribute of `op` (row-major when absent).
+pub(crate) fn layout_attr(op: &str, attrs: &mut Attrs) -> Result<QLayout, OpError> {
+    match attrs.opt_str("layout")? {
+        None => Ok(QLayout::RowMajor),
+        Some(name) => match QLayout::from_name(&name) {
+            Some(layout) => Ok(layout),
+            None => bail!("`{op}` layout must be \"row-major\" or \"strips16\", got {name:?}"),
+        },
     }
 }
 
@@ -249,6 +351,8 @@ impl QMatMul {
         Ok(QMatMul {
             bits: bits as u8,
             group,
+            layout: QLayout::RowMajor,
+            activations: QActivations::Int8,
         })
     }
 }
@@ -303,6 +407,72 @@ mod tests {
         let out = op.infer(&[&x, &q, &scale]).unwrap();
         assert_eq!(out[0].ty.to_string(), "f32[1, seq, 256]");
         assert_round_trip(op, &[]);
+    }
+
+    #[test]
+    fn strips16_weights_compute_what_row_major_ones_do() {
+        let (k, n) = (16, 32);
+        let x = Tensor::from_f32(
+            vec![2, k],
+            (0..2 * k).map(|i| (i as f32 * 0.37).sin() * 3.0).collect(),
+        );
+        let scale = Tensor::from_f32(
+            vec![2, n],
+            (0..2 * n).map(|i| 0.01 + i as f32 * 1e-3).collect(),
+        );
+        for (bits, dtype) in [(8, DType::I8), (4, DType::I4)] {
+            let lim = if bits == 4 { 8 } else { 128 };
+            let values: Vec<f64> = (0..k * n)
+                .map(|i| ((i * 7919) % (2 * lim)) as f64 - lim as f64)
+                .collect();
+            let packed = QLayout::Strips16.pack(dtype, k, n, &values);
+            let q = Tensor::from_f64(dtype, vec![k, n], &values).unwrap();
+            let qp = Tensor::from_f64(dtype, vec![k, n], &packed).unwrap();
+            let op = QMatMul::new(bits, 8).unwrap();
+            let strips = QMatMul {
+                layout: QLayout::Strips16,
+                ..op
+            };
+            let want = eval_checked(&op, &[&x, &q, &scale]).remove(0);
+            let got = eval_checked(&strips, &[&x, &qp, &scale]).remove(0);
+            assert_eq!(want.as_f32().unwrap(), got.as_f32().unwrap(), "bits {bits}");
+            assert_round_trip(strips, &[]);
+        }
+        // A weight the layout cannot hold is refused by inference.
+        let op = QMatMul {
+            layout: QLayout::Strips16,
+            ..QMatMul::new(8, 4).unwrap()
+        };
+        let x = fact(DType::F32, vec![d(1), d(8)]);
+        let q = fact(DType::I8, vec![d(8), d(24)]);
+        let s = fact(DType::F32, vec![d(2), d(24)]);
+        let err = op.infer(&[&x, &q, &s]).unwrap_err().to_string();
+        assert!(err.contains("N = 24 is not a multiple of 16"), "{err}");
+    }
+
+    #[test]
+    fn weight_only_is_the_product_by_the_dequantized_weight() {
+        // x = [1, -2, 0.5, 4]; q = [[1, 2], [3, -1], [1, 0], [5, 7]], group 2
+        // with scales [[0.5, 0.25], [2, 1]]: dequantized [[0.5, 0.5],
+        // [1.5, -0.25], [2, 0], [10, 7]].
+        let x = Tensor::from_f32(vec![1, 4], vec![1.0, -2.0, 0.5, 4.0]);
+        let q = i8s(vec![4, 2], &[1, 2, 3, -1, 1, 0, 5, 7]);
+        let scale = Tensor::from_f32(vec![2, 2], vec![0.5, 0.25, 2.0, 1.0]);
+        let op = QMatMul {
+            activations: QActivations::F32,
+            ..QMatMul::new(8, 2).unwrap()
+        };
+        let y = eval_checked(&op, &[&x, &q, &scale]).remove(0);
+        // [0.5 - 3 + 1 + 40, 0.5 + 0.5 + 0 + 28]
+        assert_eq!(y.as_f32().unwrap(), &[38.5, 29.0]);
+        assert_round_trip(op, &[]);
+        let mut attrs = Attrs::from_pairs([
+            ("bits".to_string(), Attr::Int(8)),
+            ("group".to_string(), Attr::Int(2)),
+            ("activations".to_string(), Attr::Str("f16".to_string())),
+        ]);
+        let err = QMatMul::build("qmatmul", &mut attrs, &[]).unwrap_err();
+        assert!(err.0.contains("activations must be"), "{}", err.0);
     }
 
     #[test]

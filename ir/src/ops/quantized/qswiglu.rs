@@ -38,7 +38,10 @@ use crate::attr::{Attr, Attrs};
 use crate::dim::Dim;
 use crate::dtype::DType;
 use crate::ops::fused_util::{infer_on_tensors, sigmoid};
-use crate::ops::qmatmul::{result_type, weight_values, QColumns, QMatMul};
+use crate::ops::qmatmul::{
+    activations_attr, layout_attr, result_type, weight_values, QActivations, QColumns, QMatMul,
+};
+use crate::ops::quantized::layout::QLayout;
 use crate::ops::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
 use crate::shape::TensorType;
 use crate::tensor::Tensor;
@@ -49,6 +52,10 @@ pub struct QSwiGlu {
     pub bits: u8,
     /// Rows of `K` sharing one scale per output column.
     pub group: i64,
+    /// The storage order of the weights (`qmatmul`'s `layout`).
+    pub layout: QLayout,
+    /// How the activations are multiplied (`qmatmul`'s `activations`).
+    pub activations: QActivations,
 }
 
 impl QSwiGlu {
@@ -64,6 +71,8 @@ impl QSwiGlu {
         QMatMul {
             bits: self.bits,
             group: self.group,
+            layout: self.layout,
+            activations: self.activations,
         }
     }
 
@@ -83,6 +92,8 @@ impl From<QMatMul> for QSwiGlu {
         QSwiGlu {
             bits: q.bits,
             group: q.group,
+            layout: q.layout,
+            activations: q.activations,
         }
     }
 }
@@ -141,7 +152,7 @@ impl OpDef for QSwiGlu {
         let qs: Vec<Vec<i32>> = inputs[1..]
             .iter()
             .step_by(2)
-            .map(|q| weight_values(q))
+            .map(|q| weight_values(q, self.layout))
             .collect();
         let ss: Vec<Vec<f32>> = inputs[2..]
             .iter()
@@ -175,7 +186,13 @@ impl OpBuild for QSwiGlu {
     fn build(_: &str, attrs: &mut Attrs, _: &[TensorType]) -> Result<Self, OpError> {
         let bits = attrs.int("bits")?;
         let group = attrs.int("group")?;
-        QSwiGlu::new(bits, group)
+        let layout = layout_attr("qswiglu", attrs)?;
+        let activations = activations_attr("qswiglu", attrs)?;
+        Ok(QSwiGlu {
+            layout,
+            activations,
+            ..QSwiGlu::new(bits, group)?
+        })
     }
 }
 
