@@ -59,7 +59,7 @@ use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::timed::{Recorder, TimedKernels};
 
-use slmcc::pipeline::{BucketSpec, Pipeline, QuantizeOptions};
+use slmcc::pipeline::{BucketSpec, PackTarget, Pipeline, QuantizeOptions};
 use slmcc_passes::transforms::kv_cache::KvCacheOptions;
 
 #[derive(Parser, Debug)]
@@ -116,11 +116,11 @@ struct Args {
     #[arg(long)]
     profile: bool,
     /// slmcc's weight schemes, each a decoder of its own: `none` (f32),
-    /// `w8a8`, `w4a8` (`slmcc compile --quant`; INT4 groups of
-    /// `--quant-group`).
+    /// `w8a8`, `w4a8`, weight-only `w8`, `w4` (`slmcc compile --quant`;
+    /// INT4 groups of `--quant-group`).
     #[arg(long, value_delimiter = ',', default_value = "none,w8a8,w4a8")]
     quant: Vec<String>,
-    /// The INT4 group of slmcc's `w4a8`.
+    /// The INT4 group of slmcc's `w4a8` and `w4`.
     #[arg(long, default_value_t = 32)]
     quant_group: usize,
     /// Keep slmcc's LM head in f32 (`slmcc compile`'s default); without
@@ -232,7 +232,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     println!(
         "slmcc w8a8/w4a8: `--quant` weights (INT4 groups of {g}; the LM head {head}), activations \
-         INT8 per token; onnxruntime 4-bit: MatMulNBits by its own MatMulNBitsQuantizer \
+         INT8 per token; w8/w4: the same weights, f32 activations; onnxruntime 4-bit: MatMulNBits by its own MatMulNBitsQuantizer \
          (symmetric, blocks of {g}; bench/ort_quantize_q4.py). \"of DDR roofline\": the engine's \
          own weight bytes per step (onnxruntime 4-bit: estimated as half a byte per weight plus a \
          scale per block) over the DRAM read bandwidth; \"time / ORT\": median step time over \
@@ -497,13 +497,15 @@ impl OrtKind {
     }
 }
 
-/// The `quantize` options of scheme `q` (`none`, `w8a8`, `w4a8`).
+/// The `quantize` options of scheme `q` (`none`, `w8a8`, `w4a8`, `w8`, `w4`).
 fn quant_options(q: &str, group: usize) -> anyhow::Result<slmcc::pipeline::Quant> {
     Ok(match q {
         "none" => None,
         "w8a8" => Some(QuantizeOptions::int8()),
         "w4a8" => Some(QuantizeOptions::int4(group)),
-        _ => bail!("--quant: unknown scheme `{q}` (none, w8a8, w4a8)"),
+        "w8" => Some(QuantizeOptions::int8().weight_only()),
+        "w4" => Some(QuantizeOptions::int4(group).weight_only()),
+        _ => bail!("--quant: unknown scheme `{q}` (none, w8a8, w4a8, w8, w4)"),
     })
 }
 
@@ -569,6 +571,7 @@ fn prepare(
         .quantized(quant)
         .kv_cache(kv, false)
         .buckets(BucketSpec::Sizes(sizes))
+        .packed(PackTarget::Cpu)
         .planned();
     pipeline
         .run(&mut module)

@@ -92,6 +92,11 @@ pub enum QuantScheme {
     W8a8,
     /// INT4 weights per group, INT8 activations per token.
     W4a8,
+    /// Weight-only: INT8 weights per output channel, f32 activations (the
+    /// CPU; the NPU multiplies INT8 activations).
+    W8,
+    /// Weight-only: INT4 weights per group, f32 activations (the CPU).
+    W4,
 }
 
 /// `--quant-keep`.
@@ -401,12 +406,13 @@ pub struct GenerateArgs {
 /// Weight quantization: the `quantize` pass after fusion.
 #[derive(Args, Debug, Clone)]
 pub struct QuantArgs {
-    /// The weights' quantization; activations INT8 per token. The LM head,
-    /// the embedding, norms and residual adds stay f32 [default: w8a8 for
+    /// The weights' quantization; activations INT8 per token (`w8a8`,
+    /// `w4a8`) or f32 (weight-only `w8`, `w4`: CPU only). The LM head, the
+    /// embedding, norms and residual adds stay f32 [default: w8a8 for
     /// --target rk3588, none otherwise].
     #[arg(long, value_enum)]
     pub quant: Option<QuantScheme>,
-    /// With `w4a8`: rows of K sharing one scale (narrowed to a divisor of
+    /// With `w4a8` and `w4`: rows of K sharing one scale (narrowed to a divisor of
     /// K where it does not divide it).
     #[arg(long, value_name = "G", default_value_t = slmcc::pipeline::DEFAULT_QUANT_GROUP)]
     pub quant_group: usize,
@@ -423,8 +429,12 @@ impl QuantArgs {
         let options = match self.quant.unwrap_or(default) {
             QuantScheme::None => return Ok(None),
             QuantScheme::W8a8 => QuantizeOptions::int8(),
-            QuantScheme::W4a8 if self.quant_group > 0 => QuantizeOptions::int4(self.quant_group),
-            QuantScheme::W4a8 => anyhow::bail!("--quant-group must be positive"),
+            QuantScheme::W8 => QuantizeOptions::int8().weight_only(),
+            QuantScheme::W4a8 | QuantScheme::W4 if self.quant_group == 0 => {
+                anyhow::bail!("--quant-group must be positive")
+            }
+            QuantScheme::W4a8 => QuantizeOptions::int4(self.quant_group),
+            QuantScheme::W4 => QuantizeOptions::int4(self.quant_group).weight_only(),
         };
         Ok(Some(QuantizeOptions {
             keep_lm_head,

@@ -22,14 +22,17 @@ pub type Quant = Option<QuantizeOptions>;
 /// The INT4 group when `--quant-group` is not given.
 pub const DEFAULT_QUANT_GROUP: usize = 128;
 
-/// The scheme name of a [`Quant`]: `none`, `w8a8` or `w4a8` (activations
-/// are always INT8 per token).
+/// The scheme name of a [`Quant`]: `none`, `w8a8`, `w4a8` (INT8
+/// activations per token), `w8` or `w4` (weight-only: f32 activations).
 pub fn quant_name(q: &Quant) -> &'static str {
+    use slmcc_ir::ops::qmatmul::QActivations;
     use slmcc_passes::transforms::quantize::WeightBits;
-    match q.map(|o| o.weights) {
+    match q.map(|o| (o.weights, o.activations)) {
         None => "none",
-        Some(WeightBits::Int8) => "w8a8",
-        Some(WeightBits::Int4) => "w4a8",
+        Some((WeightBits::Int8, QActivations::Int8)) => "w8a8",
+        Some((WeightBits::Int4, QActivations::Int8)) => "w4a8",
+        Some((WeightBits::Int8, QActivations::F32)) => "w8",
+        Some((WeightBits::Int4, QActivations::F32)) => "w4",
     }
 }
 
@@ -76,6 +79,17 @@ pub struct Pipeline {
     buckets: Option<BucketSpec>,
     plan: bool,
     partition: bool,
+    pack: Option<PackTarget>,
+}
+
+/// Which quantized products `pack-weights` stores for the CPU's dot
+/// products ([`Pipeline::packed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackTarget {
+    /// All of them (the cpu backend runs every node).
+    Cpu,
+    /// Those the RK3588 placement keeps on the CPU.
+    Rk3588,
 }
 
 impl Pipeline {
@@ -108,6 +122,15 @@ impl Pipeline {
     /// `plan-memory` at the end (after the buckets).
     pub fn planned(mut self) -> Pipeline {
         self.plan = true;
+        self
+    }
+
+    /// `pack-weights` before the plan, when the weights are quantized: the
+    /// quantized products that run on the CPU read their weights in the
+    /// dot products' order, straight from the package (no repacking at
+    /// load).
+    pub fn packed(mut self, target: PackTarget) -> Pipeline {
+        self.pack = Some(target);
         self
     }
 
@@ -147,6 +170,16 @@ impl Pipeline {
             Some(b) => out.push(b.entry()),
             None => {}
         }
+        match self.pack {
+            Some(target) if self.quant.is_some() => out.push(format!(
+                "pack-weights{{target={}}}",
+                match target {
+                    PackTarget::Cpu => "cpu",
+                    PackTarget::Rk3588 => "rk3588",
+                }
+            )),
+            _ => {}
+        }
         if self.plan {
             out.push("plan-memory".to_string());
         }
@@ -173,14 +206,19 @@ mod tests {
             .quantized(Some(QuantizeOptions::int4(64)))
             .buckets(BucketSpec::Sizes(vec![256, 128]))
             .planned()
+            .packed(PackTarget::Rk3588)
             .partitioned();
         assert_eq!(
             p.text(),
             format!(
                 "{FUSION_PIPELINE},quantize{{weights=int4,group=64}},\
-                 bucket-specialize{{buckets=128,256}},plan-memory,partition{{target=rk3588}}"
+                 bucket-specialize{{buckets=128,256}},pack-weights{{target=rk3588}},\
+                 plan-memory,partition{{target=rk3588}}"
             )
         );
+        // Nothing to pack without quantized weights.
+        let f32 = Pipeline::fusion().packed(PackTarget::Cpu).planned();
+        assert_eq!(f32.text(), format!("{FUSION_PIPELINE},plan-memory"));
         let kv = Pipeline::fusion()
             .kv_cache(KvCacheOptions::default(), true)
             .buckets(BucketSpec::Sizes(vec![16, 64]))

@@ -11,7 +11,7 @@ use crate::options::{OptionSpec, PassOptions};
 use crate::pass::{Invalidates, Pass, PassError, Requires};
 use crate::pipeline::PipelineEntry;
 use crate::transforms::{
-    bucket_specialize, kv_cache, last_logits, partition, plan_memory, quantize,
+    bucket_specialize, kv_cache, last_logits, pack_weights, partition, plan_memory, quantize,
 };
 use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
@@ -171,6 +171,16 @@ pub static PASSES: &[PassInfo] = &[
         establishes: None,
         statistics: || vec!["graphs-specialized", "graphs-created", "nodes-folded", "nodes-removed"],
         create: |o| Ok(Box::new(bucket_specialize::BucketSpecialize::from_options(o))),
+    },
+    PassInfo {
+        name: "pack-weights",
+        summary: "quantized weights of CPU products stored as the dot products read them (layout strips16)",
+        options: pack_weights::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || vec!["weights-packed", "nodes-packed", "nodes-kept"],
+        create: |o| Ok(Box::new(pack_weights::PackWeights::from_options(o))),
     },
     PassInfo {
         name: "plan-memory",

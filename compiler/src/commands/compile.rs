@@ -34,7 +34,7 @@ use crate::cli::{CompileArgs, CpuArg, Target};
 use crate::exit::CmdResult;
 use slmcc::fusion::FUSED_OPS;
 
-use slmcc::pipeline::{quant_name, BucketSpec, Pipeline, Quant};
+use slmcc::pipeline::{quant_name, BucketSpec, PackTarget, Pipeline, Quant};
 
 /// `--passes` completed so that every graph ends up a planned bucket:
 /// `buckets` (a `bucket-specialize` entry) appended unless the pipeline
@@ -140,7 +140,9 @@ fn pipeline(args: &CompileArgs, choice: &Choice) -> anyhow::Result<String> {
             }
             p = p.buckets(buckets).planned();
             if choice.npu {
-                p = p.partitioned();
+                p = p.packed(PackTarget::Rk3588).partitioned();
+            } else {
+                p = p.packed(PackTarget::Cpu);
             }
             return Ok(p.text());
         }

@@ -25,7 +25,7 @@ use super::profile::{Phases, Profile};
 use super::tokenize::Tokenizer;
 use crate::cli::{BackendArg, GenerateArgs, QuantScheme};
 use crate::exit::CmdResult;
-use slmcc::pipeline::{BucketSpec, Pipeline};
+use slmcc::pipeline::{BucketSpec, PackTarget, Pipeline};
 use slmcc_runtime::package::Package;
 
 pub fn run(args: GenerateArgs) -> CmdResult {
@@ -108,7 +108,11 @@ fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::R
             .quantized(quant)
             .kv_cache(kv, last_logits);
         let pipeline = match backend {
-            Backend::Cpu | Backend::NpuSim(_) => cached.buckets(BucketSpec::Sizes(sizes)).planned(),
+            Backend::Cpu => cached
+                .buckets(BucketSpec::Sizes(sizes))
+                .packed(PackTarget::Cpu)
+                .planned(),
+            Backend::NpuSim(_) => cached.buckets(BucketSpec::Sizes(sizes)).planned(),
             Backend::Reference => cached,
         };
         pipeline

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
-use slmcc::pipeline::{BucketSpec, Pipeline, Quant};
+use slmcc::pipeline::{BucketSpec, PackTarget, Pipeline, Quant};
 use slmcc_backends::npu::Target;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
@@ -143,7 +143,8 @@ fn run_bucketed(
                 .buckets(BucketSpec::Sizes(sizes));
             pipeline = Some(match backend {
                 Backend::Reference => bucketed.text(),
-                Backend::Cpu | Backend::NpuSim(_) => bucketed.planned().text(),
+                Backend::Cpu => bucketed.packed(PackTarget::Cpu).planned().text(),
+                Backend::NpuSim(_) => bucketed.planned().text(),
             });
             entry_graph(module)?.name.clone()
         }

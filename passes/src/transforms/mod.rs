@@ -9,6 +9,7 @@ pub mod dce;
 pub mod eqsat_fuse;
 pub mod kv_cache;
 pub mod last_logits;
+pub mod pack_weights;
 pub mod partition;
 pub mod plan_memory;
 pub mod quantize;

@@ -8,7 +8,7 @@ pub mod rtn;
 
 use std::collections::{BTreeSet, HashMap};
 
-use slmcc_ir::ops::qmatmul::QMatMul;
+use slmcc_ir::ops::qmatmul::{QActivations, QMatMul};
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{DType, Graph, Module, Op, TensorType, ValueDef, ValueId, WeightStore};
 
@@ -43,6 +43,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         help: "fused gated MLPs (swiglu/geglu): fuse (swiglu into one qswiglu; geglu split), split (into qmatmuls and the gate arithmetic) or keep (in f32)",
     },
     OptionSpec {
+        name: "activations",
+        kind: OptionKind::Enum(&["int8", "f32"]),
+        default: "int8",
+        help: "int8 (quantized per token, integer dot products) or f32 (weight-only: the product by the dequantized weight)",
+    },
+    OptionSpec {
         name: "keep",
         kind: OptionKind::Enum(&["lm-head", "none"]),
         default: "lm-head",
@@ -58,6 +64,9 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// one scale per output channel, `weights=int4` gives `i4` weights with one
 /// scale per `group` rows of `K` and output column (`group=0`: per output
 /// channel). A weight used by several matmuls (or graphs) is quantized once.
+/// `activations=f32` makes every product weight-only (`qmatmul` and
+/// `qswiglu` with `activations = "f32"`: the activations stay `f32` and
+/// multiply the dequantized weight, on the CPU).
 ///
 /// The group of a weight is `gcd(K, group)`: the requested group when it
 /// divides `K`, else the largest divisor of `K` that also divides it (for
@@ -124,6 +133,8 @@ pub struct QuantizeOptions {
     pub glus: Glus,
     /// Keep the LM head (a matmul producing a graph output) in `f32`.
     pub keep_lm_head: bool,
+    /// INT8 activations, or `f32` ones (weight-only quantization).
+    pub activations: QActivations,
 }
 
 impl QuantizeOptions {
@@ -134,6 +145,15 @@ impl QuantizeOptions {
             group: 128,
             glus: Glus::Fuse,
             keep_lm_head: true,
+            activations: QActivations::Int8,
+        }
+    }
+
+    /// These options with `f32` activations (weight-only quantization).
+    pub fn weight_only(self) -> QuantizeOptions {
+        QuantizeOptions {
+            activations: QActivations::F32,
+            ..self
         }
     }
 
@@ -160,6 +180,10 @@ impl QuantizeOptions {
                 _ => Glus::Fuse,
             },
             keep_lm_head: o.str("keep") == "lm-head",
+            activations: match o.str("activations") {
+                "f32" => QActivations::F32,
+                _ => QActivations::Int8,
+            },
         }
     }
 
@@ -182,6 +206,14 @@ impl QuantizeOptions {
                 "keep",
                 if self.keep_lm_head { "lm-head" } else { "none" }.to_string(),
             ),
+            (
+                "activations",
+                match self.activations {
+                    QActivations::Int8 => "int8",
+                    QActivations::F32 => "f32",
+                }
+                .to_string(),
+            ),
         ];
         if self.weights == WeightBits::Int4 {
             values.push(("group", self.group.to_string()));
@@ -201,6 +233,7 @@ impl QuantizeOptions {
             },
             glus: self.glus,
             keep_lm_head: self.keep_lm_head,
+            activations: self.activations,
         }
     }
 }
@@ -212,6 +245,7 @@ struct Config {
     group: usize,
     glus: Glus,
     keep_lm_head: bool,
+    activations: QActivations,
 }
 
 /// A weight already quantized: the new weights' names and the op.
@@ -416,7 +450,10 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
     let qw = Rtn
         .quantize(&data, scheme)
         .map_err(|e| format!("weight @{name} ({}): {e}", Rtn.name()))?;
-    let op = QMatMul::new(cfg.bits as i64, group as i64).map_err(|e| e.to_string())?;
+    let op = QMatMul {
+        activations: cfg.activations,
+        ..QMatMul::new(cfg.bits as i64, group as i64).map_err(|e| e.to_string())?
+    };
     let q_name = fresh_weight_name(store, &format!("{name}.q"));
     let q_ty = fixed_type(qw.q.dtype(), qw.q.shape());
     store.insert(q_name.clone(), qw.q);
