@@ -13,13 +13,17 @@
 //! with the exact options, within 1e-6 relative per element with the
 //! default ones (the generated kernel's inline vector sigmoid;
 //! `slmcc_qgemm` is exact).
+//!
+//! Weight-only products (`activations = "f32"`, always `slmcc_qgemm`): the
+//! same operands, both ops, bit for bit, and a `K` past the limit of the
+//! INT8 path.
 
 mod common;
 
 use common::{check, check_with, Expect, Kind, Lcg};
 use proptest::prelude::*;
 use slmcc_backends::cpu::CpuOptions;
-use slmcc_ir::ops::qmatmul::QMatMul;
+use slmcc_ir::ops::qmatmul::{QActivations, QMatMul};
 use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::{DType, Tensor};
 
@@ -150,6 +154,60 @@ proptest! {
         let q = weights(&mut rng, k, 2 * n, bits);
         let s = rng.tensor(&[groups, 2 * n], 0.05);
         check_qswiglu(op, &[x, (q, kind), (s, kind)]);
+    }
+}
+
+/// `op` with f32 activations (weight-only).
+fn weight_only(op: QMatMul) -> QMatMul {
+    QMatMul {
+        activations: QActivations::F32,
+        ..op
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn weight_only_matches_the_reference(
+        batch in 0usize..3,
+        m in 1usize..9,
+        group in 1usize..12,
+        groups in 1usize..5,
+        n in 1usize..40,
+        int4: bool,
+        seed: u64,
+    ) {
+        let mut rng = Lcg(seed);
+        let k = group * groups;
+        let bits = if int4 { 4 } else { 8 };
+        let x = (batched_activations(&mut rng, batch, m, k), Kind::Input);
+        let kind = if rng.below(2) == 0 { Kind::Weight } else { Kind::Input };
+        let op = weight_only(QMatMul::new(bits, group as i64).unwrap());
+        let q = weights(&mut rng, k, 2 * n, bits);
+        let s = rng.tensor(&[groups, 2 * n], 0.05);
+        let operands = [x.clone(), (q.clone(), kind), (s.clone(), kind)];
+        check_both(op, &operands);
+        // The gate/up halves of the same buffer as a fused `qswiglu`.
+        let swiglu = QSwiGlu::from(op);
+        check(swiglu, &operands, Expect::Exact);
+        check_with(swiglu, &operands, Expect::Exact, CpuOptions::default());
+    }
+}
+
+/// A weight-only product with a `K` longer than the INT8 path takes.
+#[test]
+fn weight_only_long_k() {
+    let mut rng = Lcg(5);
+    let (m, k, n, group) = (2, 140_000, 18, 1000);
+    assert!(k > slmcc_backends::cpu::hostqgemm::MAX_K);
+    let x = Tensor::from_f32(vec![m, k], activations(&mut rng, m, k));
+    for bits in [8, 4] {
+        let q = weights(&mut rng, k, n, bits);
+        let scale = rng.tensor(&[k / group, n], 0.05);
+        let op = weight_only(QMatMul::new(bits, group as i64).unwrap());
+        let w = Kind::Weight;
+        check_both(op, &[(x.clone(), Kind::Input), (q, w), (scale, w)]);
     }
 }
 

@@ -13,6 +13,8 @@ use slmcc_backends::npu::tiler::{
     plan_qmatmul, plan_qswiglu, QMatmulProblem, QTilePlan, TileError,
 };
 use slmcc_backends::npu::{Program, Target};
+use slmcc_ir::ops::qlayout::QLayout;
+use slmcc_ir::ops::qmatmul::QActivations;
 use slmcc_ir::{Graph, Module, Op, OpDef};
 
 use super::{fixed_shape, run_program, weight_data, NpuKernel};
@@ -35,11 +37,16 @@ pub(super) fn plan(
     target: &Target,
 ) -> Result<(NpuKernel, Program), String> {
     let n = &g.nodes[node];
-    let (bits, group, swiglu) = match n.op {
-        Op::QMatMul(op) => (op.bits, op.group, false),
-        Op::QSwiGlu(op) => (op.bits, op.group, true),
+    let (mm, swiglu) = match n.op {
+        Op::QMatMul(op) => (op, false),
+        Op::QSwiGlu(op) => (op.qmatmul(), true),
         _ => unreachable!("plan_node dispatches only qmatmul and qswiglu here"),
     };
+    if mm.activations != QActivations::Int8 || mm.layout != QLayout::RowMajor {
+        // Placement keeps these on the CPU; a graph placed by hand may not.
+        return Err("weight-only products and weights packed for the CPU run on the CPU".into());
+    }
+    let (bits, group) = (mm.bits, mm.group);
     let x = fixed_shape(g, n.inputs[0], "activations")?;
     let w = fixed_shape(g, n.inputs[1], "weight")?;
     let (&k, rows) = x.split_last().ok_or("rank-0 activations")?;

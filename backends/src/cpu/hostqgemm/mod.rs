@@ -38,6 +38,10 @@
 //! Columns past the last whole strip, an `i4` weight whose rows do not
 //! start on a byte, and a group of a length that is not a multiple of 4
 //! take the plain loops.
+//!
+//! Weight-only products ([`FLAG_F32_ACTIVATIONS`], `--quant w8`/`w4`) keep
+//! the activations in `f32` and take their own loops (`weight_only.rs`),
+//! in float vectors, bit-exact with the reference as well.
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -46,19 +50,33 @@ mod x86;
 
 #[cfg(test)]
 mod tests;
+mod weight_only;
 
 use std::sync::OnceLock;
 
 use slmcc_ir::ops::fused_util::sigmoid;
+use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::{activation_params, quantize_activation};
+use slmcc_ir::DType;
 
 use super::threads::parallel_for;
 
 /// The symbol kernels import.
 pub const QGEMM_SYMBOL: &str = "slmcc_qgemm";
 
-/// The longest `K` the function takes (at least one quantized row must fit
-/// the band buffer); a longer `K` keeps the generated kernel.
+/// `slmcc_qgemm`'s `flags`: the weights are `i4` (else `i8`).
+pub const FLAG_INT4: u64 = 1;
+
+/// `slmcc_qgemm`'s `flags`: the weights are stored in `strips16`.
+pub const FLAG_STRIPS16: u64 = 2;
+
+/// `slmcc_qgemm`'s `flags`: the activations stay `f32` (weight-only
+/// quantization, `activations = "f32"`; `weight_only.rs`).
+pub const FLAG_F32_ACTIVATIONS: u64 = 4;
+
+/// The longest `K` the function takes with INT8 activations (at least one
+/// quantized row must fit the band buffer); a longer `K` keeps the
+/// generated kernel. Weight-only products take any `K`.
 pub const MAX_K: usize = BAND_BYTES;
 
 /// Rows of `x` quantized and multiplied together (each weight strip read
@@ -140,14 +158,17 @@ pub fn fast() -> bool {
 }
 
 /// One weight operand: columns `col0 ..` of a `[K, stride]` buffer (`i8`,
-/// or `i4` two per byte in row-major element order, low nibble first) and
-/// its `[K / G, stride]` scales.
+/// or `i4` two per byte, low nibble first, in row-major element order or
+/// in `strips16`, [`QLayout`]) and its `[K / G, stride]` scales.
 #[derive(Clone, Copy)]
 struct Weight {
     q: *const u8,
     scale: *const f32,
     stride: usize,
     col0: usize,
+    /// `K`.
+    rows: usize,
+    layout: QLayout,
 }
 
 impl Weight {
@@ -157,7 +178,10 @@ impl Weight {
     /// `k < K` and `col0 + c < stride`.
     #[inline]
     unsafe fn get(&self, int4: bool, k: usize, c: usize) -> i32 {
-        let e = k * self.stride + self.col0 + c;
+        let dtype = if int4 { DType::I4 } else { DType::I8 };
+        let e = self
+            .layout
+            .index(dtype, self.rows, self.stride, k, self.col0 + c);
         if int4 {
             let b = *self.q.add(e / 2);
             let nibble = if e.is_multiple_of(2) { b & 15 } else { b >> 4 };
@@ -167,12 +191,22 @@ impl Weight {
         }
     }
 
-    /// The first byte of columns `c ..` of row `k` (`i4`: the element
-    /// index must be even).
+    /// The first byte of columns `c ..` of row `k` (row-major; `i4`: the
+    /// element index must be even).
     #[inline]
     unsafe fn row_ptr(&self, int4: bool, k: usize, c: usize) -> *const u8 {
         let e = k * self.stride + self.col0 + c;
         self.q.add(if int4 { e / 2 } else { e })
+    }
+
+    /// The first byte of the `strips16` block holding rows `k ..` of the
+    /// strip of columns `c .. c + 16` (`col0 + c` a multiple of 16, `k` of
+    /// the block's rows).
+    #[inline]
+    unsafe fn block_ptr(&self, int4: bool, k: usize, c: usize) -> *const u8 {
+        let s = (self.col0 + c) / BLOCK;
+        let (strip_bytes, rows) = if int4 { (8, 8) } else { (16, 4) };
+        self.q.add(s * strip_bytes * self.rows + (k / rows) * 64)
     }
 
     /// The scale of group `g`, column `c`.
@@ -251,12 +285,17 @@ pub(super) struct Strip<'a> {
 /// weight `(q, scale)` (`[k, stride]`, `[k / group, stride]`); with a
 /// second weight (`q2` not null, same `stride`, columns from `col0_2`), it
 /// is `qswiglu`'s `(g · sigmoid(g)) · u`, `g` by the first and `u` by the
-/// second. `int4 != 0` reads `i4` weights. `threads` is the most threads
+/// second. `flags` bit 0 ([`FLAG_INT4`]) reads `i4` weights, bit 1
+/// ([`FLAG_STRIPS16`]) weights stored in `strips16` (else row-major), for
+/// which `stride` must be a multiple of 16, bit 2
+/// ([`FLAG_F32_ACTIVATIONS`]) computes the weight-only product instead
+/// (the `f32` activations by the dequantized weight). `threads` is the most threads
 /// the call may use, 0 for the process's setting for loaded objects
 /// ([`super::threads::object_threads`]).
 ///
 /// # Safety
-/// The buffers hold what the shapes say, `k <= MAX_K`, `k % group == 0`,
+/// The buffers hold what the shapes say, `k <= MAX_K` (unless weight-only),
+/// `k % group == 0`,
 /// and `y` does not overlap the inputs.
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn slmcc_qgemm(
@@ -264,7 +303,7 @@ pub unsafe extern "C" fn slmcc_qgemm(
     k: u64,
     n: u64,
     group: u64,
-    int4: u64,
+    flags: u64,
     x: *const f32,
     q: *const u8,
     scale: *const f32,
@@ -277,24 +316,31 @@ pub unsafe extern "C" fn slmcc_qgemm(
     threads: u64,
 ) {
     let (stride, col0) = (stride as usize, col0 as usize);
+    let layout = if flags & FLAG_STRIPS16 != 0 {
+        QLayout::Strips16
+    } else {
+        QLayout::RowMajor
+    };
     let first = Weight {
         q,
         scale,
         stride,
         col0,
+        rows: k as usize,
+        layout,
     };
     let second = Weight {
         q: q2,
         scale: scale2,
-        stride,
         col0: col0_2 as usize,
+        ..first
     };
     let call = Call {
         rows: rows as usize,
         k: k as usize,
         n: n as usize,
         group: group as usize,
-        int4: int4 != 0,
+        int4: flags & FLAG_INT4 != 0,
         x,
         weights: [first, second],
         count: if q2.is_null() { 1 } else { 2 },
@@ -305,7 +351,11 @@ pub unsafe extern "C" fn slmcc_qgemm(
         0 => super::threads::object_threads(),
         t => t as usize,
     };
-    run(&call, threads);
+    if flags & FLAG_F32_ACTIVATIONS != 0 {
+        weight_only::run(&call, threads);
+    } else {
+        run(&call, threads);
+    }
 }
 
 /// The product `call` describes, on up to `threads` threads.
@@ -367,14 +417,16 @@ unsafe fn run(call: &Call, threads: usize) {
 
 /// Columns `c0 .. c1` of result rows `m0 ..` (the tile's).
 unsafe fn chunk(call: &Call, tile: &Tile, m0: usize, c0: usize, c1: usize) {
-    // An i4 strip is read a byte at a time: its first element must be even.
-    let aligned = !call.int4
-        || call.weights[..call.count]
-            .iter()
-            .all(|w| w.stride % 2 == 0 && w.col0 % 2 == 0);
+    let ws = &call.weights[..call.count];
+    // A row-major i4 strip is read a byte at a time: its first element
+    // must be even. A strips16 strip must be one of the layout's.
+    let aligned = |c: usize| match ws[0].layout {
+        QLayout::RowMajor => !call.int4 || ws.iter().all(|w| w.stride % 2 == 0 && w.col0 % 2 == 0),
+        QLayout::Strips16 => ws.iter().all(|w| (w.col0 + c).is_multiple_of(BLOCK)),
+    };
     let mut c = c0;
     while c < c1 {
-        let width = if aligned && call.kernel != QKernel::Scalar && c + BLOCK <= c1 {
+        let width = if call.kernel != QKernel::Scalar && c + BLOCK <= c1 && aligned(c) {
             BLOCK
         } else {
             1
@@ -409,7 +461,11 @@ unsafe fn columns(
     out: &mut [[f32; BLOCK]; TILE_ROWS],
 ) {
     let g = call.group;
-    if width == BLOCK && g.is_multiple_of(4) {
+    let block_rows = match w.layout {
+        QLayout::Strips16 if call.int4 => 8,
+        _ => 4,
+    };
+    if width == BLOCK && g.is_multiple_of(block_rows) {
         let strip = Strip {
             int4: call.int4,
             w,

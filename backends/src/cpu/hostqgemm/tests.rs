@@ -1,10 +1,12 @@
 //! `slmcc_qgemm` against the reference `qmatmul`/`qswiglu` arithmetic
 //! (`QMatMul::product`): bit for bit, on this CPU's path and on the
-//! scalar one, for tails, remainders, odd strides and threads.
+//! scalar one, for tails, remainders, odd strides and threads; and the
+//! weight-only products (`activations = "f32"`) the same way.
 
 use slmcc_ir::ops::fused_util::sigmoid;
-use slmcc_ir::ops::qmatmul::{QColumns, QMatMul};
-use slmcc_ir::Tensor;
+use slmcc_ir::ops::qlayout::QLayout;
+use slmcc_ir::ops::qmatmul::{QActivations, QColumns, QMatMul};
+use slmcc_ir::{DType, Tensor};
 
 use super::{detect, run, Call, QKernel, Weight};
 
@@ -34,17 +36,26 @@ struct Stored {
     scale: Vec<f32>,
 }
 
-fn stored(rng: &mut Rng, k: usize, stride: usize, group: usize, int4: bool) -> Stored {
+fn stored(
+    rng: &mut Rng,
+    k: usize,
+    stride: usize,
+    group: usize,
+    int4: bool,
+    layout: QLayout,
+) -> Stored {
     let (lo, hi) = if int4 { (-8, 7) } else { (-128, 127) };
     let values: Vec<i32> = (0..k * stride).map(|_| rng.int(lo, hi)).collect();
+    let dtype = if int4 { DType::I4 } else { DType::I8 };
+    let order = layout.pack(dtype, k, stride, &values);
     let bytes = if int4 {
         let mut b = vec![0u8; values.len().div_ceil(2)];
-        for (i, &v) in values.iter().enumerate() {
+        for (i, &v) in order.iter().enumerate() {
             b[i / 2] |= ((v as u8) & 15) << (4 * (i % 2));
         }
         b
     } else {
-        values.iter().map(|&v| v as i8 as u8).collect()
+        order.iter().map(|&v| v as i8 as u8).collect()
     };
     let scale = (0..k / group * stride)
         .map(|_| rng.f32().abs() / 64.0 + 1e-4)
@@ -57,7 +68,7 @@ fn stored(rng: &mut Rng, k: usize, stride: usize, group: usize, int4: bool) -> S
 }
 
 /// One case: `rows × k` by columns `col0 .. col0 + n` (and, for a
-/// `qswiglu`, `col0_2 ..`) of a `[k, stride]` weight.
+/// `qswiglu`, `col0_2 ..`) of a row-major `[k, stride]` weight.
 #[allow(clippy::too_many_arguments)]
 fn check(
     seed: u64,
@@ -69,6 +80,53 @@ fn check(
     cols: &[usize],
     int4: bool,
 ) {
+    let case = Case::Int8(QLayout::RowMajor);
+    check_case(seed, rows, k, group, n, stride, cols, int4, case);
+}
+
+/// What a case multiplies.
+#[derive(Clone, Copy, Debug)]
+enum Case {
+    /// INT8 activations, the weight stored in this layout.
+    Int8(QLayout),
+    /// Weight-only: f32 activations, row-major weights.
+    WeightOnly,
+}
+
+/// [`check`] with the weight stored in `layout`.
+#[allow(clippy::too_many_arguments)]
+fn check_layout(
+    seed: u64,
+    rows: usize,
+    k: usize,
+    group: usize,
+    n: usize,
+    stride: usize,
+    cols: &[usize],
+    int4: bool,
+    layout: QLayout,
+) {
+    let case = Case::Int8(layout);
+    check_case(seed, rows, k, group, n, stride, cols, int4, case);
+}
+
+/// [`check`] for `case`.
+#[allow(clippy::too_many_arguments)]
+fn check_case(
+    seed: u64,
+    rows: usize,
+    k: usize,
+    group: usize,
+    n: usize,
+    stride: usize,
+    cols: &[usize],
+    int4: bool,
+    case: Case,
+) {
+    let (layout, activations) = match case {
+        Case::Int8(layout) => (layout, QActivations::Int8),
+        Case::WeightOnly => (QLayout::RowMajor, QActivations::F32),
+    };
     let mut rng = Rng(seed);
     let mut x: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 3.0).collect();
     if rows > 1 {
@@ -76,10 +134,10 @@ fn check(
         x[k..2 * k].fill(0.0);
         x[k / 2] = f32::NAN;
     }
-    let w = stored(&mut rng, k, stride, group, int4);
+    let w = stored(&mut rng, k, stride, group, int4, layout);
     let op = QMatMul {
-        bits: if int4 { 4 } else { 8 },
-        group: group as i64,
+        activations,
+        ..QMatMul::new(if int4 { 4 } else { 8 }, group as i64).unwrap()
     };
     let xt = Tensor::from_f32(vec![rows, k], x.clone());
     let columns: Vec<QColumns> = cols
@@ -106,6 +164,8 @@ fn check(
         scale: w.scale.as_ptr(),
         stride,
         col0,
+        rows: k,
+        layout,
     };
     let kernels = [QKernel::Scalar, detect()];
     for kernel in kernels {
@@ -124,13 +184,19 @@ fn check(
                 kernel,
             };
             // SAFETY: the buffers hold what the shapes say.
-            unsafe { run(&call, threads) };
+            unsafe {
+                match case {
+                    Case::Int8(_) => run(&call, threads),
+                    Case::WeightOnly => super::weight_only::run(&call, threads),
+                }
+            }
             for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
                 assert_eq!(
                     a.to_bits(),
                     b.to_bits(),
                     "{kernel:?} threads {threads}: rows {rows} k {k} g {group} n {n} \
-                     stride {stride} cols {cols:?} int4 {int4}: element {i}: {a} != {b}"
+                     stride {stride} cols {cols:?} int4 {int4} {case:?}: element {i}: \
+                     {a} != {b}"
                 );
             }
         }
@@ -180,6 +246,68 @@ fn qswiglu_fused_and_separate_weights() {
         // Two weights of one buffer shape: gate and up at column 0 of
         // the same buffer (equal values are fine for the arithmetic).
         check(13, 5, 32, 32, 17, 17, &[0, 0], int4);
+    }
+}
+
+#[test]
+fn strips16_weights_bit_exact_with_the_reference() {
+    let mut seed = 100;
+    for int4 in [false, true] {
+        for (k, group) in [(64, 32), (96, 96), (48, 8), (256, 128), (2048, 64)] {
+            for rows in [1, 2, 4, 5, 9] {
+                for (n, stride, cols) in [
+                    (16, 16, vec![0]),
+                    (64, 64, vec![0]),
+                    // Columns of a wider buffer, and a chunk's partial
+                    // strips past a task's 64 columns.
+                    (32, 96, vec![48]),
+                    (80, 80, vec![0]),
+                    // qswiglu, fused gate/up and two weights.
+                    (32, 64, vec![0, 32]),
+                    (48, 48, vec![0, 0]),
+                ] {
+                    seed += 1;
+                    check_layout(
+                        seed,
+                        rows,
+                        k,
+                        group,
+                        n,
+                        stride,
+                        &cols,
+                        int4,
+                        QLayout::Strips16,
+                    );
+                }
+            }
+        }
+        // A group that splits the layout's blocks (4 rows, i4 blocks of 8)
+        // takes the plain loops through the layout.
+        check_layout(3, 2, 32, 4, 16, 16, &[0], int4, QLayout::Strips16);
+    }
+}
+
+#[test]
+fn weight_only_bit_exact_with_the_reference() {
+    let mut seed = 500;
+    for int4 in [false, true] {
+        for (k, group) in [(64, 32), (96, 96), (40, 8), (30, 10), (260, 4), (8192, 128)] {
+            for rows in [1, 2, 4, 5, 9] {
+                for (n, stride, cols) in [
+                    (16, 16, vec![0]),
+                    (33, 33, vec![0]),
+                    (100, 100, vec![0]),
+                    // Columns of a wider buffer at an odd offset.
+                    (48, 70, vec![6]),
+                    (40, 80, vec![0, 40]),
+                    (17, 17, vec![0, 0]),
+                ] {
+                    seed += 1;
+                    let case = Case::WeightOnly;
+                    check_case(seed, rows, k, group, n, stride, &cols, int4, case);
+                }
+            }
+        }
     }
 }
 

@@ -14,6 +14,8 @@
 
 use std::arch::x86_64::*;
 
+use slmcc_ir::ops::qlayout::QLayout;
+
 use super::{Strip, BLOCK, TILE_ROWS};
 
 macro_rules! vnni_strip {
@@ -46,6 +48,39 @@ macro_rules! vnni_strip {
                 _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), e), e)
             }
 
+            /// The low nibbles of `v` (already XORed with 8) as signed bytes.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn nib(v: __m256i) -> __m256i {
+                let eight = _mm256_set1_epi8(8);
+                _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0f)), eight)
+            }
+
+            /// Four rows of `K` from `k` by 16 columns (`w`: columns 0..8
+            /// and 8..16, each lane one column's four weights): the
+            /// weights' sums into `sums`, the products with each row's
+            /// four activations into `lo`/`hi`.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn step<const R: usize>(
+                xs: &[*const u8; R],
+                k: usize,
+                w: [__m256i; 2],
+                sums: &mut (__m256i, __m256i),
+                lo: &mut [__m256i; R],
+                hi: &mut [__m256i; R],
+            ) {
+                let ones = _mm256_set1_epi8(1);
+                sums.0 = $dot(sums.0, ones, w[0]);
+                sums.1 = $dot(sums.1, ones, w[1]);
+                for r in 0..R {
+                    let x4 = xs[r].add(k).cast::<i32>().read_unaligned();
+                    let xb = _mm256_set1_epi32(x4);
+                    lo[r] = $dot(lo[r], xb, w[0]);
+                    hi[r] = $dot(hi[r], xb, w[1]);
+                }
+            }
+
             #[target_feature(enable = $features)]
             #[inline]
             unsafe fn rows<const R: usize>(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]) {
@@ -58,7 +93,6 @@ macro_rules! vnni_strip {
                     c,
                 } = strip;
                 let row_bytes = if int4 { w.stride / 2 } else { w.stride };
-                let ones = _mm256_set1_epi8(1);
                 let zero = _mm256_setzero_si256();
                 let xs: [*const u8; R] = std::array::from_fn(|r| tile.xq[r].as_ptr());
                 let zc: [__m256i; R] = std::array::from_fn(|r| _mm256_set1_epi32(tile.zc[r]));
@@ -66,36 +100,61 @@ macro_rules! vnni_strip {
                 let (mut f_lo, mut f_hi) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
                 for gi in 0..groups {
                     let k0 = gi * group;
-                    let mut p = w.row_ptr(int4, k0, c);
                     let (mut lo, mut hi) = ([zero; R], [zero; R]);
-                    let (mut sum_lo, mut sum_hi) = (zero, zero);
-                    for k in (k0..k0 + group).step_by(4) {
-                        let r0 = load16(p, int4);
-                        let r1 = load16(p.add(row_bytes), int4);
-                        let r2 = load16(p.add(2 * row_bytes), int4);
-                        let r3 = load16(p.add(3 * row_bytes), int4);
-                        let t0 = _mm_unpacklo_epi8(r0, r1);
-                        let t1 = _mm_unpackhi_epi8(r0, r1);
-                        let t2 = _mm_unpacklo_epi8(r2, r3);
-                        let t3 = _mm_unpackhi_epi8(r2, r3);
-                        let w_lo = _mm256_set_m128i(
-                            _mm_unpackhi_epi16(t0, t2),
-                            _mm_unpacklo_epi16(t0, t2),
-                        );
-                        let w_hi = _mm256_set_m128i(
-                            _mm_unpackhi_epi16(t1, t3),
-                            _mm_unpacklo_epi16(t1, t3),
-                        );
-                        sum_lo = $dot(sum_lo, ones, w_lo);
-                        sum_hi = $dot(sum_hi, ones, w_hi);
-                        for r in 0..R {
-                            let x4 = xs[r].add(k).cast::<i32>().read_unaligned();
-                            let xb = _mm256_set1_epi32(x4);
-                            lo[r] = $dot(lo[r], xb, w_lo);
-                            hi[r] = $dot(hi[r], xb, w_hi);
+                    let mut sums = (zero, zero);
+                    match w.layout {
+                        QLayout::RowMajor => {
+                            let mut p = w.row_ptr(int4, k0, c);
+                            for k in (k0..k0 + group).step_by(4) {
+                                let r0 = load16(p, int4);
+                                let r1 = load16(p.add(row_bytes), int4);
+                                let r2 = load16(p.add(2 * row_bytes), int4);
+                                let r3 = load16(p.add(3 * row_bytes), int4);
+                                let t0 = _mm_unpacklo_epi8(r0, r1);
+                                let t1 = _mm_unpackhi_epi8(r0, r1);
+                                let t2 = _mm_unpacklo_epi8(r2, r3);
+                                let t3 = _mm_unpackhi_epi8(r2, r3);
+                                let w_lo = _mm256_set_m128i(
+                                    _mm_unpackhi_epi16(t0, t2),
+                                    _mm_unpacklo_epi16(t0, t2),
+                                );
+                                let w_hi = _mm256_set_m128i(
+                                    _mm_unpackhi_epi16(t1, t3),
+                                    _mm_unpacklo_epi16(t1, t3),
+                                );
+                                step(&xs, k, [w_lo, w_hi], &mut sums, &mut lo, &mut hi);
+                                p = p.add(4 * row_bytes);
+                            }
                         }
-                        p = p.add(4 * row_bytes);
+                        QLayout::Strips16 if !int4 => {
+                            let mut p = w.block_ptr(false, k0, c);
+                            for k in (k0..k0 + group).step_by(4) {
+                                let w_lo = _mm256_loadu_si256(p.cast());
+                                let w_hi = _mm256_loadu_si256(p.add(32).cast());
+                                step(&xs, k, [w_lo, w_hi], &mut sums, &mut lo, &mut hi);
+                                p = p.add(64);
+                            }
+                        }
+                        QLayout::Strips16 => {
+                            // Nibbles `n` hold `w & 15`: `((n ^ 8) & 15) - 8` is `w`.
+                            let flip = _mm256_set1_epi8(0x88u8 as i8);
+                            let mut p = w.block_ptr(true, k0, c);
+                            for k in (k0..k0 + group).step_by(8) {
+                                let a = _mm256_xor_si256(_mm256_loadu_si256(p.cast()), flip);
+                                let b =
+                                    _mm256_xor_si256(_mm256_loadu_si256(p.add(32).cast()), flip);
+                                let (a_lo, b_lo) = (nib(a), nib(b));
+                                let (a_hi, b_hi) = (
+                                    nib(_mm256_srli_epi16::<4>(a)),
+                                    nib(_mm256_srli_epi16::<4>(b)),
+                                );
+                                step(&xs, k, [a_lo, b_lo], &mut sums, &mut lo, &mut hi);
+                                step(&xs, k + 4, [a_hi, b_hi], &mut sums, &mut lo, &mut hi);
+                                p = p.add(64);
+                            }
+                        }
                     }
+                    let (sum_lo, sum_hi) = sums;
                     let sc = w.scale.add(gi * w.stride + w.col0 + c);
                     let (sc_lo, sc_hi) = (_mm256_loadu_ps(sc), _mm256_loadu_ps(sc.add(8)));
                     for r in 0..R {

@@ -31,6 +31,10 @@
 //! Integer sums are exact, so their order is free; the float operations
 //! are the reference's, in its order, which makes the result bit-exact.
 //!
+//! Weight-only products (`activations = "f32"`) and weights in `strips16`
+//! are always a call of the runtime's `slmcc_qgemm`
+//! ([`crate::cpu::hostqgemm`]), which takes every layout and both kinds.
+//!
 //! Steps 3 and 4 are [`products`], shared with `qswiglu`
 //! ([`super::qswiglu`]): it takes several weights (each a column range of
 //! a `[K, stride]` buffer, [`QCols`]), computes each one's sums for a strip
@@ -39,7 +43,8 @@
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Value};
-use slmcc_ir::ops::qmatmul::QMatMul;
+use slmcc_ir::ops::qlayout::QLayout;
+use slmcc_ir::ops::qmatmul::{QActivations, QMatMul};
 use slmcc_ir::DType;
 
 use super::{unsupported, NodeSig, Operand};
@@ -65,6 +70,11 @@ pub(super) struct Dims {
     pub n: usize,
     pub group: usize,
     pub int4: bool,
+    /// The weights are stored in `strips16` (`pack-weights`): only
+    /// `slmcc_qgemm` reads them.
+    pub packed: bool,
+    /// Weight-only (`activations = "f32"`): only `slmcc_qgemm` computes it.
+    pub weight_only: bool,
 }
 
 /// Columns `col0 .. col0 + n` of a quantized weight: the buffers of `q`
@@ -139,6 +149,8 @@ fn check(op: &QMatMul, sig: &NodeSig) -> Result<Dims, CpuError> {
         n,
         group: op.group as usize,
         int4: q.dtype == DType::I4,
+        packed: op.layout != QLayout::RowMajor,
+        weight_only: op.activations == QActivations::F32,
     })
 }
 
@@ -152,16 +164,33 @@ pub fn qmatmul(kb: &mut KernelBuilder, op: &QMatMul, sig: &NodeSig) -> Result<()
         col0: 0,
     };
     let (x, y) = (kb.buf(0), kb.buf(3));
-    if host_qgemm(kb, &d) {
+    if host_qgemm(kb, &d)? {
         return call_qgemm(kb, &d, x, &[w], y);
     }
     products(kb, &d, x, &[w], y, &mut |_, s, _| Ok(s[0]))
 }
 
 /// Whether the product goes to the runtime's `slmcc_qgemm`
-/// ([`KernelBuilder::host_qgemm`], `K` within its limit).
-pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> bool {
-    kb.host_qgemm && d.k <= crate::cpu::hostqgemm::MAX_K
+/// ([`KernelBuilder::host_qgemm`], `K` within its limit); weights in
+/// `strips16` always do (the generated loops read row-major weights), and
+/// are refused past that limit; weight-only products always do, for any
+/// `K` (the generated loops quantize the activations).
+pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> Result<bool, CpuError> {
+    if d.weight_only {
+        return Ok(true);
+    }
+    let fits = d.k <= crate::cpu::hostqgemm::MAX_K;
+    if d.packed && !fits {
+        return Err(unsupported(
+            "qmatmul",
+            format!(
+                "with strips16 weights and K = {} > {}",
+                d.k,
+                crate::cpu::hostqgemm::MAX_K
+            ),
+        ));
+    }
+    Ok(d.packed || (kb.host_qgemm && fits))
 }
 
 /// Emits the call of `slmcc_qgemm` ([`crate::cpu::hostqgemm`]) for the
@@ -184,7 +213,10 @@ pub(super) fn call_qgemm(
         int(kb, d.k),
         int(kb, d.n),
         int(kb, d.group),
-        int(kb, d.int4 as usize),
+        int(
+            kb,
+            d.int4 as usize | (d.packed as usize) << 1 | (d.weight_only as usize) << 2,
+        ),
         x,
         first.q,
         first.scale,

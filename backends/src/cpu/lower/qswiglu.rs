@@ -18,6 +18,8 @@
 //! default), within ~1e-6 relative, as `swiglu` and `sigmoid` lower it.
 
 use cranelift_codegen::ir::InstBuilder;
+use slmcc_ir::ops::qlayout::QLayout;
+use slmcc_ir::ops::qmatmul::QActivations;
 use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::DType;
 
@@ -78,9 +80,11 @@ pub fn qswiglu(kb: &mut KernelBuilder, op: &QSwiGlu, sig: &NodeSig) -> Result<()
         n,
         group: mm.group as usize,
         int4: mm.weight_dtype() == DType::I4,
+        packed: mm.layout != QLayout::RowMajor,
+        weight_only: mm.activations == QActivations::F32,
     };
     let (x, out) = (kb.buf(0), kb.buf(ins.len()));
-    if host_qgemm(kb, &d) {
+    if host_qgemm(kb, &d)? {
         return call_qgemm(kb, &d, x, &ws, out);
     }
     products(kb, &d, x, &ws, out, &mut |kb, s, w| {
