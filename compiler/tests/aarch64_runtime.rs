@@ -56,7 +56,7 @@ fn board_binary_generates_the_host_tokens_from_its_objects() {
     let qemu = std::env::var("SLMCC_QEMU_AARCH64").unwrap_or_else(|_| "qemu-aarch64".into());
     let dir = tmpdir();
     let model = repo().join("testdata/models/qwen2.onnx");
-    let ways: [(&str, &[&str]); 5] = [
+    let ways: [(&str, &[&str]); 6] = [
         ("rk3588-w8a8", &["--target", "rk3588", "--quant", "w8a8"]),
         ("rk3588-w4a8", &["--target", "rk3588", "--quant", "w4a8"]),
         ("cpu-aarch64", &["--target", "cpu", "--cpu", "aarch64"]),
@@ -67,6 +67,10 @@ fn board_binary_generates_the_host_tokens_from_its_objects() {
         (
             "cpu-aarch64-w4a8",
             &["--target", "cpu", "--cpu", "aarch64", "--quant", "w4a8"],
+        ),
+        (
+            "cpu-aarch64-w4",
+            &["--target", "cpu", "--cpu", "aarch64", "--quant", "w4"],
         ),
     ];
     for (name, flags) in ways {

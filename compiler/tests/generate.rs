@@ -215,6 +215,43 @@ fn a_package_compiled_with_a_kv_cache_generates_the_same_tokens() {
     assert_eq!(tokens, g.tokens);
 }
 
+/// Weight-only packages (`--quant w8`, `w4`; their weights stay row-major,
+/// `pack-weights` leaves f32-activation products alone) generate on the CPU
+/// the tokens the reference interpreter generates from the same model
+/// quantized the same way: `slmcc_qgemm`'s weight-only loops are
+/// bit-exact with the op.
+#[test]
+fn weight_only_packages_generate_the_reference_tokens() {
+    let dir = tempdir();
+    for quant in ["w8", "w4"] {
+        let pkg = dir.join(format!("qwen2-{quant}.slmpkg"));
+        let pkg = pkg.to_str().unwrap();
+        let model = "testdata/models/qwen2.onnx";
+        let quantized = ["--quant", quant];
+        let compile = [
+            "compile",
+            model,
+            "--target",
+            "cpu",
+            "--kv-cache",
+            "--buckets",
+            "16",
+            "-o",
+            pkg,
+        ];
+        let o = slmcc(&[&compile[..], &quantized].concat());
+        assert!(o.status.success(), "{quant}: {}", stderr(&o));
+        let prompt = ["--prompt-ids", "3,1,4,1,5", "--max-new-tokens", "24"];
+        let o = slmcc(&[&["generate", pkg][..], &prompt].concat());
+        assert!(o.status.success(), "{quant}: {}", stderr(&o));
+        let reference = ["generate", model, "--backend", "reference"];
+        let want = slmcc(&[&reference[..], &quantized, &prompt].concat());
+        assert!(want.status.success(), "{quant}: {}", stderr(&want));
+        assert_eq!(stdout(&o).split_whitespace().count(), 24, "{quant}");
+        assert_eq!(stdout(&o), stdout(&want), "{quant}: cpu and reference");
+    }
+}
+
 /// `slmcc generate testdata/models/llama.onnx --max-new-tokens 8` with
 /// the prompt arguments `prompt`; its output.
 fn generate_llama(prompt: &[&str], quiet: bool) -> std::process::Output {

@@ -290,7 +290,7 @@ fn unsupported_targets_and_options_exit_2() {
         ),
         (
             &["--target", "cpu", "--quant", "int3"],
-            "[possible values: none, w8a8, w4a8]",
+            "[possible values: none, w8a8, w4a8, w8, w4]",
         ),
         (&["--target", "gpu"], "[possible values: cpu, rk3588]"),
         (
