@@ -40,8 +40,9 @@
 //! take the plain loops.
 //!
 //! Weight-only products ([`FLAG_F32_ACTIVATIONS`], `--quant w8`/`w4`) keep
-//! the activations in `f32` and take their own loops (`weight_only.rs`),
-//! in float vectors, bit-exact with the reference as well.
+//! the activations in `f32` and take their own panels (`weight_only/`:
+//! per group, one fused multiply-add per weight into float accumulators,
+//! AVX2 with FMA or NEON), bit-exact with the reference as well.
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -71,7 +72,7 @@ pub const FLAG_INT4: u64 = 1;
 pub const FLAG_STRIPS16: u64 = 2;
 
 /// `slmcc_qgemm`'s `flags`: the activations stay `f32` (weight-only
-/// quantization, `activations = "f32"`; `weight_only.rs`).
+/// quantization, `activations = "f32"`; `weight_only/`).
 pub const FLAG_F32_ACTIVATIONS: u64 = 4;
 
 /// The longest `K` the function takes with INT8 activations (at least one

@@ -34,12 +34,19 @@
 //!    multiply-add.
 //!
 //! Weight-only quantization (`activations = "f32"`, `--quant w8`/`w4`)
-//! replaces steps 1–6: the activations stay `f32` and the result is the
-//! `matmul` of `x` by the dequantized weight,
-//! `y[m,n] = Σ_k x[m,k] · (q[k,n] as f32 · scale[k/G, n])`, each product
-//! `q · scale` rounded to `f32`. The reference sums in increasing `k`; as
-//! for `matmul`, a kernel may sum in another order (per group first, say),
-//! so results agree to `matmul`'s tolerance, not bit for bit.
+//! replaces steps 1–6: the activations stay `f32`, and per group the
+//! weights multiply them as they are stored, the scale once per group:
+//!
+//! - `a_g[m,n] = fma(x[m,k], q[k,n] as f32, a)` for `k` in group `g` in
+//!   increasing order, from `a = +0.0`, each step one fused multiply-add
+//!   (one rounding: `f32::mul_add`);
+//! - `y[m,n] = Σ_g a_g[m,n] · scale[g,n]`, each product rounded, added to a
+//!   sum that starts at `+0.0`, groups in increasing order, no fused
+//!   multiply-add.
+//!
+//! Mathematically the `matmul` of `x` by the dequantized weight
+//! `q · scale`; fixing the order makes kernels reproduce it bit for bit
+//! (their lanes are output columns).
 //!
 //! The weights are quantized ahead of time by the `quantize` pass (see its
 //! documentation for the round-to-nearest rule); this op only consumes them.
@@ -284,19 +291,25 @@ impl QMatMul {
 }
 
 /// The weight-only product: `rows` rows of `x` (`[rows, k]`) by the
-/// dequantized columns `w`, summed in increasing `k`.
+/// columns `w`, per group the fused sums by the stored weights, then
+/// scaled and added (see the module documentation).
 fn weight_only_product(xs: &[f32], rows: usize, k: usize, g: usize, w: &QColumns) -> Vec<f32> {
     let mut y = vec![0f32; rows * w.n];
-    let mut dq = vec![0f32; w.n];
-    for kk in 0..k {
-        let (at, sat) = (kk * w.stride + w.col0, (kk / g) * w.stride + w.col0);
-        for ((d, &q), &sc) in dq.iter_mut().zip(&w.q[at..at + w.n]).zip(&w.scale[sat..]) {
-            *d = q as f32 * sc;
-        }
-        for m in 0..rows {
-            let xv = xs[m * k + kk];
-            for (o, &d) in y[m * w.n..(m + 1) * w.n].iter_mut().zip(&dq) {
-                *o += xv * d;
+    let mut acc = vec![0f32; w.n];
+    for m in 0..rows {
+        let y = &mut y[m * w.n..(m + 1) * w.n];
+        for gi in 0..k.checked_div(g).unwrap_or(0) {
+            acc.fill(0.0);
+            for kk in gi * g..(gi + 1) * g {
+                let xv = xs[m * k + kk];
+                let at = kk * w.stride + w.col0;
+                for (a, &q) in acc.iter_mut().zip(&w.q[at..at + w.n]) {
+                    *a = xv.mul_add(q as f32, *a);
+                }
+            }
+            let at = gi * w.stride + w.col0;
+            for ((o, &a), &sc) in y.iter_mut().zip(&acc).zip(&w.scale[at..at + w.n]) {
+                *o += a * sc;
             }
         }
     }
@@ -463,8 +476,18 @@ mod tests {
             ..QMatMul::new(8, 2).unwrap()
         };
         let y = eval_checked(&op, &[&x, &q, &scale]).remove(0);
-        // [0.5 - 3 + 1 + 40, 0.5 + 0.5 + 0 + 28]
+        // Per group, then scaled: [(1 - 6)·0.5 + (0.5 + 20)·2,
+        // (2 + 2)·0.25 + (0 + 28)·1]: [0.5 - 3 + 1 + 40, 0.5 + 0.5 + 0 + 28].
         assert_eq!(y.as_f32().unwrap(), &[38.5, 29.0]);
+        // One rounding per step: (1 + 2^-23)·3 = 3 + 1.5·2^-22 rounds to
+        // 3 + 2^-21 as a product, but fma(1 + 2^-23, 3, -3) is 3·2^-23.
+        let e = 2f32.powi(-23);
+        let x = Tensor::from_f32(vec![1, 2], vec![-1.0, 1.0 + e]);
+        let q = i8s(vec![2, 1], &[3, 3]);
+        let scale = Tensor::from_f32(vec![1, 1], vec![1.0]);
+        let op1 = QMatMul { group: 2, ..op };
+        let y = eval_checked(&op1, &[&x, &q, &scale]).remove(0);
+        assert_eq!(y.as_f32().unwrap(), &[3.0 * e]);
         assert_round_trip(op, &[]);
         let mut attrs = Attrs::from_pairs([
             ("bits".to_string(), Attr::Int(8)),

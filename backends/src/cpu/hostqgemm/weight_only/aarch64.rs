@@ -1,0 +1,87 @@
+//! The weight-only panels on NEON (128-bit, 4 lanes; every aarch64 CPU).
+//!
+//! Per row of `K`, a strip of 16 columns is four vectors of 4 `f32`
+//! weights, widened from 16 `i8` bytes (`sxtl`/`sxtl2` twice) and
+//! converted. `i4` weights come from the strip's 8 bytes: the low nibbles
+//! (even columns) and the high ones (odd columns) are sign-extended by
+//! shifts and interleaved (`zip1`/`zip2`) into 16 bytes in column order,
+//! which then take the `i8` path. `fmla` by the broadcast activation is
+//! the reference's fused step; at the end of a group each accumulator is
+//! multiplied by the scales (`fmul`) and added to the sums (`fadd`), two
+//! rounded operations as the reference's are.
+
+use std::arch::aarch64::*;
+
+use super::{Rows, Sums};
+use crate::cpu::hostqgemm::BLOCK;
+
+/// `R` rows by `S` strips of 16 columns from `c` (`i4` weights when `I4`),
+/// into `out[r][at ..]`.
+///
+/// # Safety
+/// The call's buffers hold what its shapes say; the weights are row-major
+/// and (`i4`) the strip's first element is even.
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn panel<const R: usize, const S: usize, const I4: bool>(
+    rows: &Rows,
+    c: usize,
+    out: &mut Sums,
+    at: usize,
+) {
+    let (call, w) = (rows.call, rows.w);
+    let g = call.group;
+    for gi in 0..call.k / g {
+        let mut acc = [[vdupq_n_f32(0.0); 16]; R];
+        for k in gi * g..(gi + 1) * g {
+            let p = w.row_ptr(I4, k, c);
+            let mut wv = [vdupq_n_f32(0.0); 16];
+            for s in 0..S {
+                let bytes = if I4 {
+                    nibbles(p.add(s * BLOCK / 2))
+                } else {
+                    vld1q_s8(p.add(s * BLOCK).cast())
+                };
+                wv[4 * s..4 * s + 4].copy_from_slice(&widen(bytes));
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let xb = vdupq_n_f32(*rows.x[r].add(k));
+                for (a, &v) in acc.iter_mut().zip(&wv).take(4 * S) {
+                    *a = vfmaq_f32(*a, xb, v);
+                }
+            }
+        }
+        let scale = w.scale.add(gi * w.stride + w.col0 + c);
+        for (acc, o) in acc.iter().zip(out.iter_mut()) {
+            for (j, &a) in acc.iter().enumerate().take(4 * S) {
+                let y = o.as_mut_ptr().add(at + 4 * j);
+                let prod = vmulq_f32(a, vld1q_f32(scale.add(4 * j)));
+                vst1q_f32(y, vaddq_f32(vld1q_f32(y), prod));
+            }
+        }
+    }
+}
+
+/// 16 `i4` weights in the 8 bytes at `p` as 16 `i8` in column order.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn nibbles(p: *const u8) -> int8x16_t {
+    let b = vld1_s8(p.cast());
+    let even = vshr_n_s8::<4>(vshl_n_s8::<4>(b));
+    let odd = vshr_n_s8::<4>(b);
+    vcombine_s8(vzip1_s8(even, odd), vzip2_s8(even, odd))
+}
+
+/// 16 `i8` as four vectors of 4 `f32`, in order.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn widen(b: int8x16_t) -> [float32x4_t; 4] {
+    let lo = vmovl_s8(vget_low_s8(b));
+    let hi = vmovl_high_s8(b);
+    let f = |v: int32x4_t| vcvtq_f32_s32(v);
+    [
+        f(vmovl_s16(vget_low_s16(lo))),
+        f(vmovl_high_s16(lo)),
+        f(vmovl_s16(vget_low_s16(hi))),
+        f(vmovl_high_s16(hi)),
+    ]
+}
