@@ -11,8 +11,9 @@
 //! rounded operations as the reference's are.
 
 use std::arch::aarch64::*;
+use std::arch::asm;
 
-use super::{Rows, Sums};
+use super::{Rows, Sums, PREFETCH_ROWS};
 use crate::cpu::hostqgemm::BLOCK;
 
 /// `R` rows by `S` strips of 16 columns from `c` (`i4` weights when `I4`),
@@ -30,10 +31,17 @@ pub(super) unsafe fn panel<const R: usize, const S: usize, const I4: bool>(
 ) {
     let (call, w) = (rows.call, rows.w);
     let g = call.group;
+    let row_bytes = if I4 { w.stride / 2 } else { w.stride };
+    let panel_bytes = if I4 { S * BLOCK / 2 } else { S * BLOCK };
     for gi in 0..call.k / g {
         let mut acc = [[vdupq_n_f32(0.0); 16]; R];
         for k in gi * g..(gi + 1) * g {
             let p = w.row_ptr(I4, k, c);
+            let ahead = p.wrapping_add(PREFETCH_ROWS * row_bytes);
+            // At most 64 bytes: its first and last byte's lines.
+            for line in [0, panel_bytes - 1] {
+                prefetch(ahead.wrapping_add(line));
+            }
             let mut wv = [vdupq_n_f32(0.0); 16];
             for s in 0..S {
                 let bytes = if I4 {
@@ -84,4 +92,12 @@ unsafe fn widen(b: int8x16_t) -> [float32x4_t; 4] {
         f(vmovl_s16(vget_low_s16(hi))),
         f(vmovl_high_s16(hi)),
     ]
+}
+
+/// Asks for the cache line at `p` (`prfm pldl1keep`, a hint: any address
+/// is allowed; its intrinsic is not yet stable).
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn prefetch(p: *const u8) {
+    asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
 }

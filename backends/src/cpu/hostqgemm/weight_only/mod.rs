@@ -10,7 +10,8 @@
 //! in panels of `16·S` columns by up to [`TILE_ROWS`] rows, `S` chosen so
 //! that the panel's accumulators fill the vector registers without
 //! spilling (decode, one row: 64 columns, eight independent `fma` chains
-//! on x86): `x86.rs` on AVX2 with FMA (chosen at run time), `aarch64.rs`
+//! on x86), prefetching their weights [`PREFETCH_ROWS`] rows ahead:
+//! `x86.rs` on AVX2 with FMA (chosen at run time), `aarch64.rs`
 //! on NEON (every aarch64 CPU). Columns past the last whole strip of 16,
 //! an `i4` weight whose rows do not start on a byte, weights in another
 //! layout, and CPUs without those instructions take the plain loop
@@ -29,6 +30,12 @@ use crate::cpu::threads::parallel_for;
 
 /// Multiply-adds below which a call runs on the calling thread alone.
 const PARALLEL_MIN_MACS: usize = 1 << 18;
+
+/// How many rows of `K` ahead the panels prefetch their weights: rows
+/// are `N` bytes apart (half that for `i4`), mostly a page or more, which
+/// the hardware prefetchers do not follow; without it decode waits on
+/// memory (the W4 decode step of `llama_h512` took 1.7x as long).
+const PREFETCH_ROWS: usize = 8;
 
 /// Per row of a tile, the sums of a chunk's columns (from its first).
 type Sums = [[f32; CHUNK]; TILE_ROWS];

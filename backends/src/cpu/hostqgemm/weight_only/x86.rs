@@ -4,15 +4,15 @@
 //! weights: `i8` ones sign-extended from 8 bytes each (`vpmovsxbd`) and
 //! converted; `i4` ones from the strip's 8 bytes zero-extended to 8 lanes
 //! (`vpmovzxbd`), each lane one byte, whose low nibble (an even column) and
-//! high nibble (the odd column after it) are sign-extended by two shifts
-//! each. The `i4` accumulators thus hold the even columns and the odd
+//! high nibble (the odd column after it) become floats by the 2^23 trick
+//! ([`nibbles`]). The `i4` accumulators thus hold the even columns and the odd
 //! ones; at the end of each group they are put back in column order
 //! (`unpcklps`/`unpckhps`, `vperm2f128`) before the scale, which changes
 //! no lane's arithmetic.
 
 use std::arch::x86_64::*;
 
-use super::{Rows, Sums};
+use super::{Rows, Sums, PREFETCH_ROWS};
 use crate::cpu::hostqgemm::BLOCK;
 
 /// `R` rows by `S` strips of 16 columns from `c` (`i4` weights when `I4`),
@@ -30,10 +30,19 @@ pub(super) unsafe fn panel<const R: usize, const S: usize, const I4: bool>(
 ) {
     let (call, w) = (rows.call, rows.w);
     let g = call.group;
+    let row_bytes = if I4 { w.stride / 2 } else { w.stride };
+    let panel_bytes = if I4 { S * BLOCK / 2 } else { S * BLOCK };
     for gi in 0..call.k / g {
         let mut acc = [[_mm256_setzero_ps(); 8]; R];
         for k in gi * g..(gi + 1) * g {
             let p = w.row_ptr(I4, k, c);
+            // Rows are `N` apart, beyond what the hardware prefetcher
+            // follows: ask for the panel's bytes a few rows ahead.
+            let ahead = p.wrapping_add(PREFETCH_ROWS * row_bytes);
+            // At most 64 bytes: its first and last byte's lines.
+            for line in [0, panel_bytes - 1] {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            }
             let mut wv = [_mm256_setzero_ps(); 8];
             for s in 0..S {
                 let [a, b] = if I4 {
@@ -83,13 +92,24 @@ unsafe fn bytes(p: *const u8) -> [__m256; 2] {
 
 /// 16 `i4` weights in the 8 bytes at `p` as two vectors of 8 `f32`: the
 /// even columns and the odd ones.
+///
+/// A nibble `n` (two's complement) is `(n ^ 8) - 8`; `(n ^ 8)` in the low
+/// mantissa bits of 2^23 is the float `2^23 + (n ^ 8)`, from which
+/// subtracting `2^23 + 8` leaves `n` exactly. One integer operation and a
+/// float subtraction per vector instead of two shifts and a conversion.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn nibbles(p: *const u8) -> [__m256; 2] {
+    const MAGIC: i32 = 0x4B00_0008; // 2^23's bits, and the 8 of `n ^ 8`
+    let magic = _mm256_set1_epi32(MAGIC);
+    let bias = _mm256_set1_ps(8_388_616.0); // 2^23 + 8
     let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
-    let even = _mm256_srai_epi32::<28>(_mm256_slli_epi32::<28>(v));
-    let odd = _mm256_srai_epi32::<28>(_mm256_slli_epi32::<24>(v));
-    [_mm256_cvtepi32_ps(even), _mm256_cvtepi32_ps(odd)]
+    let even = _mm256_xor_si256(_mm256_and_si256(v, _mm256_set1_epi32(15)), magic);
+    let odd = _mm256_xor_si256(_mm256_srli_epi32::<4>(v), magic);
+    [
+        _mm256_sub_ps(_mm256_castsi256_ps(even), bias),
+        _mm256_sub_ps(_mm256_castsi256_ps(odd), bias),
+    ]
 }
 
 /// Even columns `e` and odd ones `o` of a strip as columns 0–7 and 8–15.
