@@ -183,8 +183,15 @@ fn corrupted_packages_are_refused_naming_the_part() {
     );
     for (at, part) in [
         (HEADER_BYTES + 100, "manifest: SHA-256 mismatch"),
-        (weights_at + 5000, "weights: SHA-256 mismatch"),
-        (bytes.len() - 1, "weights: SHA-256 mismatch"),
+        (
+            weights_at + 5000,
+            "weights: SHA-256 mismatch in section 0 of",
+        ),
+        (bytes.len() - 1, "weights: SHA-256 mismatch in section"),
+        (
+            80,
+            "weights: SHA-256 mismatch: the weights' integrity table",
+        ),
         (0, "header: not a slmcc package"),
         (8, "header: format version"),
     ] {

@@ -321,8 +321,11 @@ pub fn run(args: CompileArgs) -> CmdResult {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
         source_sha256: source_sha256.to_vec(),
+        // Filled in by `package::seal` below.
+        weight_sections: None,
     };
     let weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
+    let manifest = package::seal(manifest, &weights);
     let file_bytes = write_package(&out, &manifest, &weights)?;
     let sizes: Vec<String> = graphs.iter().map(|(_, s)| s.to_string()).collect();
     println!(

@@ -134,11 +134,14 @@ fn package_report(pkg: &Package) -> String {
         pkg.manifest_bytes(),
         hex(&md)
     );
+    let sections = m.weight_sections.clone().unwrap_or_default();
     let _ = writeln!(
         out,
-        "  weights    {:>12} bytes  sha256 {}",
+        "  weights    {:>12} bytes  sha256 {} (of {} section digests, {} bytes each)",
         pkg.weights_bytes(),
-        hex(&wd)
+        hex(&wd),
+        sections.sha256.len(),
+        sections.section_bytes
     );
     let _ = writeln!(
         out,

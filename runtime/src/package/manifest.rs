@@ -32,6 +32,21 @@ pub struct Manifest {
     /// The SHA-256 of that model file.
     #[prost(bytes = "vec", tag = "7")]
     pub source_sha256: Vec<u8>,
+    /// The weights' integrity table (written by [`super::encode_to`]).
+    #[prost(message, optional, tag = "8")]
+    pub weight_sections: Option<WeightSections>,
+}
+
+/// The weights blob cut into sections of `section_bytes` (the last one
+/// shorter), each with its SHA-256, in order.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WeightSections {
+    /// Every section's length but the last one's.
+    #[prost(uint64, tag = "1")]
+    pub section_bytes: u64,
+    /// Each section's SHA-256.
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    pub sha256: Vec<Vec<u8>>,
 }
 
 /// The version set: a runtime refuses a package whose runtime ABI is not

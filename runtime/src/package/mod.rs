@@ -13,7 +13,8 @@
 //!     32      8  weights offset (u64): the manifest's end rounded up to 64
 //!     40      8  weights length (u64)
 //!     48     32  SHA-256 of the manifest bytes
-//!     80     32  SHA-256 of the weights bytes
+//!     80     32  SHA-256 of the weights' integrity table: the SHA-256
+//!                digests of the weights' sections, concatenated in order
 //!    112     16  zero
 //!    128         the manifest (protobuf, [`Manifest`]), zeros up to the
 //!                weights offset, then the weights (safetensors layout, its
@@ -26,15 +27,22 @@
 //! its kernels ([`manifest`]). The host runtime compiles the kernels from
 //! the IR at load (JIT), so a host package carries none.
 //!
+//! The weights are cut into sections of [`sections::SECTION_BYTES`], whose
+//! digests the manifest holds ([`WeightSections`]; `sections.rs`).
+//!
 //! [`Package::open`] checks everything before anything is used: the magic,
 //! the format version, the lengths against the file size, that the reserved
-//! and padding bytes are zero, both digests, and the version set (a runtime
-//! ABI other than [`RUNTIME_ABI`] is refused): one flipped byte anywhere in
-//! the file is an error naming the file and the part that failed.
+//! and padding bytes are zero, the manifest's digest, the integrity table
+//! against the header, every weight section against the table (in place
+//! in the mapping, on several threads), and the version set (a runtime ABI
+//! other than [`RUNTIME_ABI`] is refused): one flipped byte anywhere in the
+//! file is an error naming the file and the part that failed (for the
+//! weights, the section and its byte range).
 //! [`encode`] is deterministic: the same manifest and weights give the same
 //! bytes (no timestamps; prost encodes fields in tag order).
 
 pub mod manifest;
+pub mod sections;
 
 use std::fmt;
 use std::io::Write;
@@ -50,12 +58,13 @@ use slmcc_ir::{Module, WeightStore};
 
 pub use manifest::{
     BucketEntry, KernelObject, KernelSymbol, Manifest, NpuProgram, TargetOptions, VersionSet,
+    WeightSections,
 };
 
 /// The first bytes of every package.
 pub const MAGIC: [u8; 7] = *b"SLMPKG\0";
 /// The layout version this runtime reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The runtime ABI this runtime implements (see [`VersionSet::runtime_abi`]).
 pub const RUNTIME_ABI: u32 = 1;
 /// The fixed header's length.
@@ -130,9 +139,30 @@ pub fn encode(manifest: &Manifest, weights: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `manifest` with the integrity table of `weights` (what [`encode_to`]
+/// writes; sealing first tells the manifest's final size).
+pub fn seal(manifest: Manifest, weights: &[u8]) -> Manifest {
+    Manifest {
+        weight_sections: Some(sections::table(weights, sections::SECTION_BYTES)),
+        ..manifest
+    }
+}
+
 /// [`encode`] into a writer (a file, without a copy of the weights in
-/// memory); returns the package's size in bytes.
+/// memory); returns the package's size in bytes. A manifest without an
+/// integrity table is [`seal`]ed here; one with a table is written as it
+/// is (the table must be that of `weights`, or the package will not load).
 pub fn encode_to(w: &mut dyn Write, manifest: &Manifest, weights: &[u8]) -> std::io::Result<usize> {
+    let sealed;
+    let manifest = match manifest.weight_sections {
+        Some(_) => manifest,
+        None => {
+            sealed = seal(manifest.clone(), weights);
+            &sealed
+        }
+    };
+    let table = manifest.weight_sections.as_ref().expect("sealed above");
+    let top = sections::top_digest(table);
     let m = manifest.encode_to_vec();
     let woff = align_up(HEADER_BYTES + m.len(), WEIGHTS_ALIGN);
     let mut head = Vec::with_capacity(woff);
@@ -144,7 +174,7 @@ pub fn encode_to(w: &mut dyn Write, manifest: &Manifest, weights: &[u8]) -> std:
         head.extend_from_slice(&(n as u64).to_le_bytes());
     }
     head.extend_from_slice(&sha256(&m));
-    head.extend_from_slice(&sha256(weights));
+    head.extend_from_slice(&top);
     head.resize(HEADER_BYTES, 0);
     head.extend_from_slice(&m);
     head.resize(woff, 0);
@@ -323,16 +353,29 @@ impl Package {
                     .to_string(),
             ));
         }
-        if sha256(&b[wrange.clone()])[..] != b[80..112] {
+        let manifest = Manifest::decode(&b[mrange.clone()])
+            .map_err(|e| fail(Part::Manifest, format!("cannot decode: {e}")))?;
+        let table = manifest
+            .weight_sections
+            .as_ref()
+            .ok_or_else(|| fail(Part::Manifest, "no weights integrity table".to_string()))?;
+        if sections::top_digest(table)[..] != b[80..112] {
             return Err(fail(
                 Part::Weights,
-                "SHA-256 mismatch: the weights bytes do not match the digest in the header \
-                 (the package is corrupted)"
+                "SHA-256 mismatch: the weights' integrity table does not match the digest in \
+                 the header (the package is corrupted)"
                     .to_string(),
             ));
         }
-        let manifest = Manifest::decode(&b[mrange.clone()])
-            .map_err(|e| fail(Part::Manifest, format!("cannot decode: {e}")))?;
+        let started = std::time::Instant::now();
+        sections::verify(&b[wrange.clone()], table).map_err(|m| fail(Part::Weights, m))?;
+        tracing::debug!(
+            "{}: verified {} weight sections ({} bytes) in {:.1} ms",
+            path.display(),
+            table.sha256.len(),
+            wrange.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
         let versions = manifest
             .versions
             .as_ref()
@@ -362,7 +405,8 @@ impl Package {
         self.weights_range.len()
     }
 
-    /// The SHA-256 digests of the manifest and the weights (verified at open).
+    /// The SHA-256 digests of the manifest and of the weights' integrity
+    /// table (verified at open).
     pub fn digests(&self) -> ([u8; 32], [u8; 32]) {
         let d = |at: usize| self.map[at..at + 32].try_into().expect("32 bytes");
         (d(48), d(80))
@@ -511,6 +555,7 @@ module @m {
                 .collect(),
             source: String::new(),
             source_sha256: Vec::new(),
+            weight_sections: None,
         }
     }
 
