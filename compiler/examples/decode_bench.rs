@@ -118,7 +118,7 @@ struct Args {
     /// slmcc's weight schemes, each a decoder of its own: `none` (f32),
     /// `w8a8`, `w4a8`, weight-only `w8`, `w4` (`slmcc compile --quant`;
     /// INT4 groups of `--quant-group`).
-    #[arg(long, value_delimiter = ',', default_value = "none,w8a8,w4a8")]
+    #[arg(long, value_delimiter = ',', default_value = "none,w8a8,w4a8,w8,w4")]
     quant: Vec<String>,
     /// The INT4 group of slmcc's `w4a8` and `w4`.
     #[arg(long, default_value_t = 32)]

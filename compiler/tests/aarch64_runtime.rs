@@ -1,12 +1,13 @@
 //! The board's runtime, run: `slmcc` built for aarch64-unknown-linux-gnu
 //! (static, `scripts/build-aarch64`) runs under `qemu-aarch64` on packages
-//! of the committed Qwen2 model compiled five ways — rk3588 W8A8 and W4A8
+//! of the committed Qwen2 model compiled six ways — rk3588 W8A8 and W4A8
 //! with the KV cache (NPU nodes on the simulator), and cpu for aarch64 with
-//! the KV cache in f32, W8A8 and W4A8 — and `generate` gives the same 32
-//! greedy tokens as the host binary on the same package. The board binary
-//! loads the package's aarch64 kernel objects (no compiler runs at load),
-//! which it says; the quantized cpu packages' products run on the
-//! runtime's `sdot` kernel (`slmcc_qgemm`, which the objects import).
+//! the KV cache in f32, W8A8, W4A8 and weight-only W4 — and `generate`
+//! gives the same 32 greedy tokens as the host binary on the same package.
+//! The board binary loads the package's aarch64 kernel objects (no
+//! compiler runs at load), which it says; the quantized cpu packages'
+//! products run on the runtime's `slmcc_qgemm` (which the objects import):
+//! `sdot` for W8A8/W4A8, the NEON float panels for W4.
 //!
 //! `SLMCC_AARCH64_SLMCC` names the aarch64 binary (`scripts/test` builds it
 //! and sets it); without it the test is skipped (a failure under
