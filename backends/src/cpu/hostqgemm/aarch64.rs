@@ -13,7 +13,15 @@
 //! to `f32`, times `s · scale`, added to the row's `f32` sums: the
 //! reference's steps.
 //!
-//! `sdot` is written as inline assembly: its intrinsic is not yet stable.
+//! `sdot` and `smmla` are written as inline assembly: their intrinsics are
+//! not yet stable.
+//!
+//! Where the CPU has the int8 matrix multiply (FEAT_I8MM: Cortex-A710,
+//! X2 and later; not the RK3588's A76), tiles of two rows or more over
+//! `strips16` weights take `smmla` instead ([`strip_i8mm`]): per eight
+//! rows of `K`, the two 4-row blocks' 32-bit lanes zipped give each
+//! column pair's eight weights, and one `smmla` adds a 2×2 block (two
+//! rows by two columns) of products, twice `sdot`'s work per instruction.
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -22,20 +30,41 @@ use slmcc_ir::ops::qlayout::QLayout;
 
 use super::{Strip, BLOCK, TILE_ROWS};
 
-/// `acc + Σ` of the four products per 32-bit lane of `a` and `b`.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    let mut acc = acc;
-    asm!(
-        "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-        acc = inout(vreg) acc,
-        a = in(vreg) a,
-        b = in(vreg) b,
-        options(pure, nomem, nostack, preserves_flags)
-    );
-    acc
+/// `fn $name(acc, a, b)`: the instruction `$insn acc.4s, a.16b, b.16b`
+/// (inline assembly: the intrinsics of both are not yet stable).
+macro_rules! int8_accumulate {
+    ($(#[$doc:meta])* $name:ident, $features:literal, $insn:literal) => {
+        $(#[$doc])*
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $name(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+            let mut acc = acc;
+            asm!(
+                concat!($insn, " {acc:v}.4s, {a:v}.16b, {b:v}.16b"),
+                acc = inout(vreg) acc,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags)
+            );
+            acc
+        }
+    };
 }
+
+int8_accumulate!(
+    /// `acc + Σ` of the four products per 32-bit lane of `a` and `b`.
+    sdot,
+    "neon,dotprod",
+    "sdot"
+);
+
+int8_accumulate!(
+    /// `acc + a·bᵀ` as 2×2 `i32`: the rows of `a` are its two 8-byte
+    /// halves, the columns of `b` likewise.
+    smmla,
+    "neon,i8mm",
+    "smmla"
+);
 
 #[target_feature(enable = "neon")]
 #[inline]
@@ -176,6 +205,109 @@ unsafe fn rows<const R: usize>(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]
         }
     }
     for r in 0..R {
+        for (j, v) in f[r].iter().enumerate() {
+            vst1q_f32(out[r].as_mut_ptr().add(4 * j), *v);
+        }
+    }
+}
+
+/// [`strip_sdot`] on `smmla` for `strips16` weights, groups of a multiple
+/// of 8 rows and tiles of two rows or more; anything else (decode's one
+/// row among them, where half of each `smmla` would be wasted) takes
+/// [`strip_sdot`]. The integer sums are the same, so is the epilogue.
+///
+/// # Safety
+/// As [`strip_sdot`]; the CPU has the int8 matrix multiply.
+#[target_feature(enable = "neon,dotprod,i8mm")]
+pub(super) unsafe fn strip_i8mm(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]) {
+    if strip.w.layout != QLayout::Strips16 || strip.tile.rows < 2 || strip.group % 8 != 0 {
+        return strip_sdot(strip, out);
+    }
+    match strip.tile.rows {
+        2 => pairs::<1>(strip, out),
+        // Three rows: the fourth is a copy of the first (`Tile`'s filler),
+        // computed and dropped.
+        _ => pairs::<2>(strip, out),
+    }
+}
+
+/// `P` pairs of the tile's rows by the strip's 16 columns on `smmla`.
+#[target_feature(enable = "neon,dotprod,i8mm")]
+#[inline]
+unsafe fn pairs<const P: usize>(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]) {
+    let Strip {
+        int4,
+        w,
+        tile,
+        group,
+        groups,
+        c,
+    } = strip;
+    let zero = vdupq_n_s32(0);
+    let ones = vdupq_n_s8(1);
+    let xs: [*const i8; TILE_ROWS] = std::array::from_fn(|r| tile.xq[r].as_ptr().cast());
+    let mut f = [[vdupq_n_f32(0.0); 4]; TILE_ROWS];
+    for gi in 0..groups {
+        let k0 = gi * group;
+        // acc[p][2j + h]: rows 2p, 2p + 1 by columns 4j + 2h, 4j + 2h + 1,
+        // as [r0 c0, r0 c1, r1 c0, r1 c1].
+        let mut acc = [[zero; 8]; P];
+        let mut sums = [zero; 4];
+        let mut p = w.block_ptr(int4, k0, c).cast::<i8>();
+        for k in (k0..k0 + group).step_by(8) {
+            let load = |q: *const i8| {
+                [
+                    vld1q_s8(q),
+                    vld1q_s8(q.add(16)),
+                    vld1q_s8(q.add(32)),
+                    vld1q_s8(q.add(48)),
+                ]
+            };
+            // Rows k .. k + 4 and k + 4 .. k + 8, each lane one column.
+            let (lo, hi) = if int4 {
+                let b = load(p);
+                p = p.add(64);
+                (
+                    b.map(|v| vshrq_n_s8::<4>(vshlq_n_s8::<4>(v))),
+                    b.map(|v| vshrq_n_s8::<4>(v)),
+                )
+            } else {
+                let pair = (load(p), load(p.add(64)));
+                p = p.add(128);
+                pair
+            };
+            let mut m = [vdupq_n_s8(0); 8];
+            for j in 0..4 {
+                sums[j] = sdot(sdot(sums[j], lo[j], ones), hi[j], ones);
+                let (l, h) = (vreinterpretq_s32_s8(lo[j]), vreinterpretq_s32_s8(hi[j]));
+                m[2 * j] = vreinterpretq_s8_s32(vzip1q_s32(l, h));
+                m[2 * j + 1] = vreinterpretq_s8_s32(vzip2q_s32(l, h));
+            }
+            for (pi, acc) in acc.iter_mut().enumerate() {
+                let xn = vcombine_s8(vld1_s8(xs[2 * pi].add(k)), vld1_s8(xs[2 * pi + 1].add(k)));
+                for (a, &mv) in acc.iter_mut().zip(&m) {
+                    *a = smmla(*a, xn, mv);
+                }
+            }
+        }
+        let sc = w.scale.add(gi * w.stride + w.col0 + c);
+        for (pi, acc) in acc.iter().enumerate() {
+            for j in 0..4 {
+                let a = vreinterpretq_s64_s32(acc[2 * j]);
+                let b = vreinterpretq_s64_s32(acc[2 * j + 1]);
+                let halves = [vzip1q_s64(a, b), vzip2q_s64(a, b)];
+                for (h, v) in halves.into_iter().enumerate() {
+                    let r = 2 * pi + h;
+                    let zc = vdupq_n_s32(tile.zc[r]);
+                    let sv = vdupq_n_f32(tile.s[r]);
+                    let a = vsubq_s32(vreinterpretq_s32_s64(v), vmulq_s32(zc, sums[j]));
+                    let m = vmulq_f32(vcvtq_f32_s32(a), vmulq_f32(sv, vld1q_f32(sc.add(4 * j))));
+                    f[r][j] = vaddq_f32(f[r][j], m);
+                }
+            }
+        }
+    }
+    for r in 0..tile.rows {
         for (j, v) in f[r].iter().enumerate() {
             vst1q_f32(out[r].as_mut_ptr().add(4 * j), *v);
         }

@@ -10,7 +10,9 @@
 //! - x86-64 with AVX-VNNI or AVX-512 VNNI (+VL): `vpdpbusd` on 256-bit
 //!   vectors (`x86.rs`);
 //! - aarch64 with the dot-product extension (Cortex-A76 and later, so
-//!   every RK3588): `sdot` (`aarch64.rs`);
+//!   every RK3588): `sdot` (`aarch64.rs`), and `smmla` for tiles of two
+//!   rows or more where the CPU also has the int8 matrix multiply
+//!   (Cortex-A710/X2 and later);
 //! - otherwise plain loops, correct but slow; the JIT then keeps the
 //!   generated kernel instead ([`fast`]).
 //!
@@ -110,6 +112,9 @@ pub enum QKernel {
     Avx512Vnni,
     /// aarch64 `sdot`.
     NeonDot,
+    /// aarch64 `smmla` (int8 matrix multiply) for tiles of two rows or
+    /// more, `sdot` otherwise.
+    NeonI8mm,
 }
 
 impl QKernel {
@@ -118,7 +123,7 @@ impl QKernel {
     fn bias(self) -> i32 {
         match self {
             QKernel::AvxVnni | QKernel::Avx512Vnni => 128,
-            QKernel::Scalar | QKernel::NeonDot => 0,
+            QKernel::Scalar | QKernel::NeonDot | QKernel::NeonI8mm => 0,
         }
     }
 }
@@ -146,10 +151,32 @@ fn detect_now() -> QKernel {
     #[cfg(target_arch = "aarch64")]
     {
         if std::arch::is_aarch64_feature_detected!("dotprod") {
+            if std::arch::is_aarch64_feature_detected!("i8mm") {
+                return QKernel::NeonI8mm;
+            }
             return QKernel::NeonDot;
         }
     }
     QKernel::Scalar
+}
+
+/// Every inner loop this CPU can run, the plain loops first (the tests
+/// check each against the reference).
+pub fn available() -> Vec<QKernel> {
+    let mut kernels = vec![QKernel::Scalar];
+    match detect() {
+        QKernel::Scalar => {}
+        QKernel::NeonI8mm => kernels.extend([QKernel::NeonDot, QKernel::NeonI8mm]),
+        chosen => kernels.push(chosen),
+    }
+    #[cfg(target_arch = "x86_64")]
+    if detect() == QKernel::AvxVnni
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+    {
+        kernels.push(QKernel::Avx512Vnni);
+    }
+    kernels
 }
 
 /// Whether this CPU has a dot-product path (else the JIT keeps its
@@ -512,6 +539,8 @@ unsafe fn vector_strip(kernel: QKernel, strip: Strip, out: &mut [[f32; BLOCK]; T
         QKernel::Avx512Vnni => x86::strip_avx512vnni(strip, out),
         #[cfg(target_arch = "aarch64")]
         QKernel::NeonDot => aarch64::strip_sdot(strip, out),
+        #[cfg(target_arch = "aarch64")]
+        QKernel::NeonI8mm => aarch64::strip_i8mm(strip, out),
         _ => return false,
     }
     true

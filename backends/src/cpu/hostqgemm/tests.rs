@@ -1,6 +1,7 @@
 //! `slmcc_qgemm` against the reference `qmatmul`/`qswiglu` arithmetic
-//! (`QMatMul::product`): bit for bit, on this CPU's path and on the
-//! scalar one, for tails, remainders, odd strides and threads; and the
+//! (`QMatMul::product`): bit for bit, on every path this CPU runs
+//! ([`available`]: the plain loops and each vector kernel), for tails,
+//! remainders, odd strides and threads; and the
 //! weight-only products (`activations = "f32"`) the same way.
 
 use slmcc_ir::ops::fused_util::sigmoid;
@@ -8,7 +9,7 @@ use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::{QActivations, QColumns, QMatMul};
 use slmcc_ir::{DType, Tensor};
 
-use super::{detect, run, Call, QKernel, Weight};
+use super::{available, detect, run, Call, QKernel, Weight};
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -167,8 +168,7 @@ fn check_case(
         rows: k,
         layout,
     };
-    let kernels = [QKernel::Scalar, detect()];
-    for kernel in kernels {
+    for kernel in available() {
         for threads in [1, 2] {
             let mut y = vec![f32::NAN; rows * n];
             let call = Call {
@@ -254,7 +254,7 @@ fn strips16_weights_bit_exact_with_the_reference() {
     let mut seed = 100;
     for int4 in [false, true] {
         for (k, group) in [(64, 32), (96, 96), (48, 8), (256, 128), (2048, 64)] {
-            for rows in [1, 2, 4, 5, 9] {
+            for rows in [1, 2, 3, 4, 5, 9] {
                 for (n, stride, cols) in [
                     (16, 16, vec![0]),
                     (64, 64, vec![0]),
@@ -319,6 +319,11 @@ fn this_machine_has_a_fast_path_where_expected() {
     }
     #[cfg(target_arch = "aarch64")]
     if std::arch::is_aarch64_feature_detected!("dotprod") {
-        assert_eq!(detect(), QKernel::NeonDot);
+        let want = if std::arch::is_aarch64_feature_detected!("i8mm") {
+            QKernel::NeonI8mm
+        } else {
+            QKernel::NeonDot
+        };
+        assert_eq!(detect(), want);
     }
 }
