@@ -8,7 +8,9 @@
 //! Kernels never allocate, so the pool is built for that: its worker
 //! threads are spawned by [`ensure_workers`] when a program is compiled
 //! (not by a kernel), and a dispatch only stores a pointer to the caller's job in a mutex-guarded
-//! slot, wakes the workers through a condition variable and hands out
+//! slot, wakes the workers through a condition variable (idle workers
+//! spin for [`SPIN`] first, watching an atomic copy of the job counter,
+//! so that back-to-back dispatches skip the wake-up) and hands out
 //! task indices with an atomic counter; the calling thread takes tasks too
 //! and returns once every worker that joined has finished. One job runs
 //! at a time: a dispatch that finds the pool busy (another thread's
@@ -17,11 +19,41 @@
 //! ([`super::hostgemm`]) is its user.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 /// Most threads a kernel may use.
 pub const MAX_THREADS: usize = 64;
+
+/// How long an idle worker spins, watching for the next job, before it
+/// sleeps on the condition variable, and how long a dispatcher spins for
+/// its workers to finish: a decode step dispatches every few tens of
+/// microseconds, and waking a sleeping thread costs as much (on the
+/// 2-core machine, the 2-thread decode step was slower than 1 thread's
+/// while the workers slept between dispatches).
+const SPIN: Duration = Duration::from_micros(200);
+
+/// `State::generation` and `State::pending`, readable without the lock
+/// (written under it): what the spinning threads watch.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Spins until `ready()` or [`SPIN`] has passed; whether it became ready.
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return false;
+        }
+    }
+}
 
 /// Threads a loaded object's kernels may use ([`object_threads`]).
 static OBJECT_THREADS: AtomicUsize = AtomicUsize::new(1);
@@ -129,6 +161,7 @@ fn worker(id: usize) {
     let mut seen = 0u64;
     loop {
         let job = {
+            spin_until(|| GENERATION.load(Ordering::Acquire) != seen);
             let mut state = lock(&POOL.state);
             while state.generation == seen {
                 state = POOL.work.wait(state).unwrap_or_else(|e| e.into_inner());
@@ -149,6 +182,7 @@ fn worker(id: usize) {
         }
         let mut state = lock(&POOL.state);
         state.pending -= 1;
+        PENDING.store(state.pending, Ordering::Release);
         if state.pending == 0 {
             POOL.done.notify_all();
         }
@@ -189,6 +223,8 @@ pub fn parallel_for(threads: usize, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         state.joiners = joiners;
         state.pending = joiners;
         state.generation += 1;
+        PENDING.store(joiners, Ordering::Release);
+        GENERATION.store(state.generation, Ordering::Release);
         joiners
     };
     if joiners > 0 {
@@ -197,6 +233,7 @@ pub fn parallel_for(threads: usize, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     if catch_unwind(AssertUnwindSafe(|| job.run())).is_err() {
         std::process::abort();
     }
+    spin_until(|| PENDING.load(Ordering::Acquire) == 0);
     let mut state = lock(&POOL.state);
     while state.pending > 0 {
         state = POOL.done.wait(state).unwrap_or_else(|e| e.into_inner());
