@@ -259,6 +259,18 @@ struct Call {
     kernel: QKernel,
 }
 
+impl Call {
+    /// The result from the first weight's sum `g` and the second's `u`:
+    /// `g` for `qmatmul`, `(g · sigmoid(g)) · u` for `qswiglu`.
+    #[inline]
+    fn output(&self, g: f32, u: f32) -> f32 {
+        match self.count {
+            1 => g,
+            _ => (g * sigmoid(g)) * u,
+        }
+    }
+}
+
 // SAFETY: the pointers are only read (x, weights) or written at disjoint
 // columns per task (y) while the call runs.
 unsafe impl Sync for Call {}
@@ -467,11 +479,7 @@ unsafe fn chunk(call: &Call, tile: &Tile, m0: usize, c0: usize, c1: usize) {
         for (r, (g_row, u_row)) in first.iter().zip(second).take(tile.rows).enumerate() {
             let out = call.y.add((m0 + r) * call.n + c);
             for (j, (&g, &u)) in g_row.iter().zip(u_row).take(width).enumerate() {
-                let v = match call.count {
-                    1 => g,
-                    _ => (g * sigmoid(g)) * u,
-                };
-                *out.add(j) = v;
+                *out.add(j) = call.output(g, u);
             }
         }
         c += width;

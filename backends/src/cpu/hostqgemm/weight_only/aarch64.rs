@@ -13,7 +13,7 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::{Rows, Sums, PREFETCH_ROWS};
+use super::{prefetch_lines, Rows, Sums};
 use crate::cpu::hostqgemm::BLOCK;
 
 /// `R` rows by `S` strips of 16 columns from `c` (`i4` weights when `I4`),
@@ -31,16 +31,12 @@ pub(super) unsafe fn panel<const R: usize, const S: usize, const I4: bool>(
 ) {
     let (call, w) = (rows.call, rows.w);
     let g = call.group;
-    let row_bytes = if I4 { w.stride / 2 } else { w.stride };
-    let panel_bytes = if I4 { S * BLOCK / 2 } else { S * BLOCK };
     for gi in 0..call.k / g {
         let mut acc = [[vdupq_n_f32(0.0); 16]; R];
         for k in gi * g..(gi + 1) * g {
             let p = w.row_ptr(I4, k, c);
-            let ahead = p.wrapping_add(PREFETCH_ROWS * row_bytes);
-            // At most 64 bytes: its first and last byte's lines.
-            for line in [0, panel_bytes - 1] {
-                prefetch(ahead.wrapping_add(line));
+            for line in prefetch_lines::<S, I4>(w, p) {
+                prefetch(line);
             }
             let mut wv = [vdupq_n_f32(0.0); 16];
             for s in 0..S {

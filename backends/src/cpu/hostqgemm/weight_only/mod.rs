@@ -22,20 +22,31 @@ mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use slmcc_ir::ops::fused_util::sigmoid;
 use slmcc_ir::ops::qlayout::QLayout;
 
-use super::{Call, Weight, BLOCK, CHUNK, TILE_ROWS};
+use super::{Call, Weight, BLOCK, CHUNK, PARALLEL_MIN_MACS, TILE_ROWS};
 use crate::cpu::threads::parallel_for;
-
-/// Multiply-adds below which a call runs on the calling thread alone.
-const PARALLEL_MIN_MACS: usize = 1 << 18;
 
 /// How many rows of `K` ahead the panels prefetch their weights: rows
 /// are `N` bytes apart (half that for `i4`), mostly a page or more, which
 /// the hardware prefetchers do not follow; without it decode waits on
 /// memory (the W4 decode step of `llama_h512` took 1.7x as long).
 const PREFETCH_ROWS: usize = 8;
+
+/// The addresses of the first and last byte (at most 64 bytes apart) of
+/// the weights a panel of `S` strips reads [`PREFETCH_ROWS`] rows after
+/// the row at `p`: what the panels prefetch. Prefetching never faults, so
+/// the addresses may lie past the weight.
+#[inline]
+fn prefetch_lines<const S: usize, const I4: bool>(w: &Weight, p: *const u8) -> [*const u8; 2] {
+    let (row_bytes, panel_bytes) = if I4 {
+        (w.stride / 2, S * BLOCK / 2)
+    } else {
+        (w.stride, S * BLOCK)
+    };
+    let ahead = p.wrapping_add(PREFETCH_ROWS * row_bytes);
+    [ahead, ahead.wrapping_add(panel_bytes - 1)]
+}
 
 /// Per row of a tile, the sums of a chunk's columns (from its first).
 type Sums = [[f32; CHUNK]; TILE_ROWS];
@@ -118,10 +129,7 @@ unsafe fn chunk(call: &Call, vectors: bool, m0: usize, count: usize, c0: usize, 
     for (r, (g_row, u_row)) in first.iter().zip(second).take(count).enumerate() {
         let y = call.y.add((m0 + r) * call.n + c0);
         for (j, (&g, &u)) in g_row.iter().zip(u_row).take(c1 - c0).enumerate() {
-            *y.add(j) = match call.count {
-                1 => g,
-                _ => (g * sigmoid(g)) * u,
-            };
+            *y.add(j) = call.output(g, u);
         }
     }
 }

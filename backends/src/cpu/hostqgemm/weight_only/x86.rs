@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Rows, Sums, PREFETCH_ROWS};
+use super::{prefetch_lines, Rows, Sums};
 use crate::cpu::hostqgemm::BLOCK;
 
 /// `R` rows by `S` strips of 16 columns from `c` (`i4` weights when `I4`),
@@ -30,18 +30,12 @@ pub(super) unsafe fn panel<const R: usize, const S: usize, const I4: bool>(
 ) {
     let (call, w) = (rows.call, rows.w);
     let g = call.group;
-    let row_bytes = if I4 { w.stride / 2 } else { w.stride };
-    let panel_bytes = if I4 { S * BLOCK / 2 } else { S * BLOCK };
     for gi in 0..call.k / g {
         let mut acc = [[_mm256_setzero_ps(); 8]; R];
         for k in gi * g..(gi + 1) * g {
             let p = w.row_ptr(I4, k, c);
-            // Rows are `N` apart, beyond what the hardware prefetcher
-            // follows: ask for the panel's bytes a few rows ahead.
-            let ahead = p.wrapping_add(PREFETCH_ROWS * row_bytes);
-            // At most 64 bytes: its first and last byte's lines.
-            for line in [0, panel_bytes - 1] {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+            for line in prefetch_lines::<S, I4>(w, p) {
+                _mm_prefetch::<_MM_HINT_T0>(line.cast());
             }
             let mut wv = [_mm256_setzero_ps(); 8];
             for s in 0..S {
