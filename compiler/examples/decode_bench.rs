@@ -136,10 +136,14 @@ struct Args {
     root: PathBuf,
 }
 
+/// The benchmark-size models of `generate.py --large NAME` (written to
+/// testdata/generated/, not committed); the others are the tiny test models.
+const LARGE_MODELS: [&str; 2] = ["llama_h512", "llama_1b"];
+
 /// Highest position + 1 each test model's export supports
 /// (`max_position_embeddings`, see testdata/models/export_with_past.py).
 fn max_positions(model: &str) -> usize {
-    if model.ends_with("_h512") {
+    if LARGE_MODELS.contains(&model) {
         512
     } else {
         128
@@ -300,8 +304,9 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
     .find(|p| p.is_file())
     .ok_or_else(|| {
         anyhow!(
-            "no {name}.onnx in testdata/models/ or testdata/generated/ (llama_h512: \
-             `python testdata/models/generate.py --large`, or scripts/bench-decode)"
+            "no {name}.onnx in testdata/models/ or testdata/generated/ (llama_h512, \
+             llama_1b: `python testdata/models/generate.py --large NAME`, or \
+             scripts/bench-decode)"
         )
     })?;
     let past = root
@@ -357,10 +362,10 @@ fn bench_model(args: &Args, name: &str) -> anyhow::Result<(Row, Option<String>, 
     // Measured before and after the rounds, the better kept.
     let reread_before = reread_bandwidth(f32_weights.per_step, args.threads);
 
-    let export = if name.ends_with("_h512") {
-        "export_with_past.py --large"
+    let export = if LARGE_MODELS.contains(&name) {
+        format!("export_with_past.py --large {name}")
     } else {
-        "export_with_past.py"
+        "export_with_past.py".to_string()
     };
     let mut peers: Vec<(OrtKind, Result<PathBuf, String>)> = Vec::new();
     if args.no_ort {

@@ -6,11 +6,15 @@ Writes, from the repository root (needs the pins in testdata/requirements-gen.tx
                                                           # for llama, qwen2, phi3, gpt2
     python testdata/models/export_with_past.py --only gpt2
     python testdata/models/export_with_past.py --large   # testdata/generated/llama_h512_past.onnx
+    python testdata/models/export_with_past.py --large llama_1b   # generated/llama_1b_past.onnx
+                                                                   # (+ .onnx.data, 4.4 GB)
 
 Each model is rebuilt by testdata/models/generate.py's `build` (same configs, seeds and
 weights as testdata/models/<model>.onnx; `--large`: the hidden-512 Llama of
-`generate.py --large`, 80 MB) and exported by the dynamo exporter
-(`torch.onnx.export(..., dynamo=True, opset_version=18)`, weights embedded, the
+`generate.py --large`, 80 MB; `--large llama_1b`: the TinyLlama-1.1B-shaped Llama of
+`generate.py --large llama_1b`) and exported by the dynamo exporter
+(`torch.onnx.export(..., dynamo=True, opset_version=18)`, weights embedded, or for
+llama_1b in `llama_1b_past.onnx.data` beside the graph; the
 stack-trace paths made relative as in generate.py) through a thin wrapper module whose
 `forward(input_ids, *past)` takes the past keys and values as plain tensors, fills a
 transformers `DynamicCache` with them, runs the model with `use_cache=True` and returns
@@ -30,18 +34,19 @@ and values appended, ready to be fed back as the next step's past. No `attention
 built inside the graph, as in the no-cache exports. The first step (prefill) feeds the
 prompt with past tensors of length 0. past + seq must stay within
 `max_position_embeddings` (128 for the tiny models, whose gpt2 has a learned position
-table of 128 rows; 512 for llama_h512).
+table of 128 rows; 512 for llama_h512 and llama_1b).
 
     model              layers  kv_heads  head_dim  vocab
     llama, qwen2, phi3      2         2        16    512
     gpt2                    2         4        16    512   (no GQA: kv_heads = heads)
     llama_h512              4         4        64   8000
+    llama_1b               22         4        64  32000   (TinyLlama-1.1B's shape)
 
 The tiny models' files (0.76-0.93 MB each) are committed in testdata/models/past/
 (`slmcc generate` accepts this form: compiler/tests/generate.rs); not in
 testdata/models/ itself, whose `*.onnx` the scripts that glob that folder (goldens.py,
-OPS.md) take as `input_ids`-only models. llama_h512_past.onnx (80 MB) goes to the
-git-ignored testdata/generated/ (a benchmark input).
+OPS.md) take as `input_ids`-only models. llama_h512_past.onnx (80 MB) and
+llama_1b_past.onnx go to the git-ignored testdata/generated/ (benchmark inputs).
 
 Check, for every file: a prompt (the prompt of goldens/<model>/generate/ when present,
 else 7 ids from `numpy.random.default_rng(0)`) is prefilled with past length 0 and 16
@@ -117,7 +122,7 @@ def io_names(layers: int) -> tuple[list[str], list[str]]:
             ["logits"] + [f"present.{i}.{k}" for i, k in kv])
 
 
-def export(model, path: Path) -> onnx.ModelProto:
+def export(model, path: Path, external_data: bool) -> onnx.ModelProto:
     import torch
 
     layers, kv, head_dim = shapes(model)
@@ -127,6 +132,9 @@ def export(model, path: Path) -> onnx.ModelProto:
     ids = torch.randint(0, model.config.vocab_size, (1, 2), generator=gen)
     past = tuple(torch.randn(1, kv, 3, head_dim, generator=gen) for _ in range(2 * layers))
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = path.with_name(path.name + ".data")
+    if data.exists():
+        data.unlink()  # the exporter would append to it
     with warnings.catch_warnings():
         # every past input shares the axis "past": the exporter says it names it once
         warnings.filterwarnings("ignore", "# The axis name")
@@ -139,14 +147,10 @@ def export(model, path: Path) -> onnx.ModelProto:
             dynamic_shapes=({1: "seq"}, tuple({2: "past"} for _ in past)),
             dynamo=True,
             opset_version=OPSET,
-            external_data=False,
+            external_data=external_data,
             verbose=False,
         )
-    proto = onnx.load(str(path))
-    generate.relativize_paths(proto)
-    onnx.save(proto, str(path))
-    onnx.checker.check_model(str(path), full_check=True)
-    return proto
+    return generate.finish_export(path)
 
 
 def rel_error(a: np.ndarray, b: np.ndarray) -> float:
@@ -217,11 +221,12 @@ def check(name: str, model, path: Path, nocache: Path) -> dict:
 
 def make(name: str) -> Path:
     model = generate.build(name)
-    out_dir = generate.GENERATED_DIR if name == "llama_h512" else PAST_DIR
+    large = name in generate.LARGE
+    out_dir = generate.GENERATED_DIR if large else PAST_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}_past.onnx"
-    proto = export(model, path)
-    where = generate.GENERATED_DIR if name == "llama_h512" else generate.MODELS_DIR
+    proto = export(model, path, name in generate.EXTERNAL_DATA)
+    where = generate.GENERATED_DIR if large else generate.MODELS_DIR
     errors = check(name, model, path, where / f"{name}.onnx")
     print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.2f} MB, "
           f"{len(proto.graph.node)} nodes; prefill + {DECODE_STEPS} steps of 1 token:")
@@ -236,13 +241,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=generate.DECODERS,
                         help="model name (repeatable)")
-    parser.add_argument("--large", action="store_true",
-                        help="only write testdata/generated/llama_h512_past.onnx")
+    parser.add_argument("--large", nargs="?", const="llama_h512", choices=generate.LARGE,
+                        help="only write testdata/generated/NAME_past.onnx (default llama_h512)")
     args = parser.parse_args()
     # The exporter logs a warning per torchvision op it cannot register; not relevant here.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     torch.set_num_threads(1)
-    for name in ["llama_h512"] if args.large else args.only or generate.DECODERS:
+    for name in [args.large] if args.large else args.only or generate.DECODERS:
         make(name)
 
 

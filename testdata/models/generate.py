@@ -8,6 +8,8 @@ Makes, from the repository root:
     python testdata/models/generate.py --only gpt2 --only gpt2_ts
     python testdata/models/generate.py --ops-md  # only rewrite OPS.md (no torch needed)
     python testdata/models/generate.py --large   # only testdata/generated/llama_h512.onnx
+    python testdata/models/generate.py --large llama_1b   # only testdata/generated/llama_1b.onnx
+                                                          # (+ .onnx.data, 4.4 GB)
 
 Each model is built with `transformers` from a config (no downloads), with fixed seeds,
 eager attention (MatMul/Softmax, no SDPA op) and no KV cache, then exported with
@@ -65,6 +67,11 @@ SEED = 0
 OPSET = 18
 TORCHSCRIPT_OPSET = 17
 DECODERS = ["llama", "qwen2", "phi3", "gpt2"]
+# Benchmark models, written to the git-ignored generated/ folder by `--large NAME`.
+# Those whose float32 weights pass protobuf's 2 GB limit keep them in `NAME.onnx.data`
+# beside the graph (the exporter's external data: `location` relative to the model).
+LARGE = ["llama_h512", "llama_1b"]
+EXTERNAL_DATA = {"llama_1b"}
 TORCHSCRIPT = "_ts"  # suffix of the TorchScript-exported variants
 
 # Shared by the decoder configs: vocab 512, hidden 64, 2 layers, head_dim 16.
@@ -110,6 +117,15 @@ def build(name: str):
                             tie_word_embeddings=False, use_cache=False,
                             initializer_range=0.02, attn_implementation="eager")
         model = T.LlamaForCausalLM(cfg)
+    elif name == "llama_1b":  # TinyLlama-1.1B's shape: 1.1 G parameters, 4.4 GB of float32
+        # The decode step of a model this size reads its weights from DRAM, as every
+        # model of the 0.5B-3B class does on a board; llama_h512's fit in a large L3.
+        cfg = T.LlamaConfig(vocab_size=32000, hidden_size=2048, num_hidden_layers=22,
+                            num_attention_heads=32, num_key_value_heads=4, head_dim=64,
+                            intermediate_size=5632, max_position_embeddings=512,
+                            rms_norm_eps=1e-5, tie_word_embeddings=False, use_cache=False,
+                            initializer_range=0.02, attn_implementation="eager")
+        model = T.LlamaForCausalLM(cfg)
     else:
         raise SystemExit(f"unknown model {name}")
     gen = torch.Generator().manual_seed(SEED + 1)
@@ -130,11 +146,17 @@ def relativize_paths(model: onnx.ModelProto) -> None:
                 prop.value = prop.value.replace(prefix, "")
 
 
-def export(model, path: Path, inputs: dict, output_names: list[str]) -> onnx.ModelProto:
-    """dynamo-exports `model` called with `inputs` (name -> tensor) to `path`, dim 1 = seq."""
+def export(model, path: Path, inputs: dict, output_names: list[str],
+           external_data: bool = False) -> onnx.ModelProto:
+    """dynamo-exports `model` called with `inputs` (name -> tensor) to `path`, dim 1 = seq.
+    With `external_data` the weights go to `path` + ".data" (the returned proto then
+    holds only references to them)."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = path.with_name(path.name + ".data")
+    if data.exists():
+        data.unlink()  # the exporter would append to it
     torch.onnx.export(
         model,
         tuple(inputs.values()),
@@ -144,10 +166,16 @@ def export(model, path: Path, inputs: dict, output_names: list[str]) -> onnx.Mod
         dynamic_shapes={name: {1: "seq"} for name in inputs},
         dynamo=True,
         opset_version=OPSET,
-        external_data=False,
+        external_data=external_data,
         verbose=False,
     )
-    proto = onnx.load(str(path))
+    return finish_export(path)
+
+
+def finish_export(path: Path) -> onnx.ModelProto:
+    """Makes the stack-trace paths of the exported `path` relative and checks it. Weights
+    in external data stay where the exporter wrote them."""
+    proto = onnx.load(str(path), load_external_data=False)
     relativize_paths(proto)
     onnx.save(proto, str(path))
     onnx.checker.check_model(str(path), full_check=True)
@@ -246,7 +274,7 @@ def make_decoder(name: str, out_dir: Path) -> Path:
     if torchscript:
         export_torchscript(model, path, example)
     else:
-        export(model, path, {"input_ids": example}, ["logits"])
+        export(model, path, {"input_ids": example}, ["logits"], name in EXTERNAL_DATA)
     diff = check_against_torch(model, path, vocab)
     assert diff < 1e-3, f"{name}: onnxruntime differs from torch by {diff}"
     print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.2f} MB, "
@@ -329,8 +357,9 @@ def write_ops_md() -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="model name (repeatable)")
-    parser.add_argument("--large", action="store_true",
-                        help="only write testdata/generated/llama_h512.onnx (git-ignored)")
+    parser.add_argument("--large", nargs="?", const="llama_h512", choices=LARGE,
+                        help="only write testdata/generated/NAME.onnx (git-ignored; "
+                             "default llama_h512)")
     parser.add_argument("--ops-md", action="store_true", help="only rewrite OPS.md")
     args = parser.parse_args()
 
@@ -340,7 +369,7 @@ def main() -> None:
     # The exporter logs a warning per torchvision op it cannot register; not relevant here.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     if args.large:
-        make_decoder("llama_h512", GENERATED_DIR)
+        make_decoder(args.large, GENERATED_DIR)
         return
     for name in args.only or DECODERS + [d + TORCHSCRIPT for d in DECODERS]:
         make_decoder(name, MODELS_DIR)
