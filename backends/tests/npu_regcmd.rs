@@ -284,3 +284,96 @@ proptest! {
         }
     }
 }
+
+/// The packers against the layouts as the public sources write them down
+/// (the generator's test helpers for features and weights; Mesa's narrower
+/// block for fewer than 32 int8 kernels).
+#[test]
+fn layouts_follow_the_public_formulas() {
+    use slmcc_backends::npu::regcmd::layout::{cube_index, pack_weights, weight_index};
+    // int8 weights: [N/32][K/32][32][32].
+    for (nt, kt) in [(64, 96), (256, 1024)] {
+        for n in 0..nt {
+            for k in 0..kt {
+                let want = (n / 32) * 32 * kt + (k / 32) * 32 * 32 + (n % 32) * 32 + k % 32;
+                assert_eq!(weight_index(n, k, nt, kt, 32), want, "int8 n={n} k={k}");
+            }
+        }
+    }
+    // fp16 weights: [N/16][K/32][16][32].
+    for (nt, kt) in [(16, 64), (48, 512)] {
+        for n in 0..nt {
+            for k in 0..kt {
+                let want = (n / 16) * 16 * kt + (k / 32) * 16 * 32 + (n % 16) * 32 + k % 32;
+                assert_eq!(weight_index(n, k, nt, kt, 16), want, "fp16 n={n} k={k}");
+            }
+        }
+    }
+    // int8 with 16 kernels: one block 16 kernels wide.
+    for k in 0..96 {
+        for n in 0..16 {
+            assert_eq!(
+                weight_index(n, k, 16, 96, 32),
+                (k / 32) * 16 * 32 + n * 32 + k % 32
+            );
+        }
+    }
+    // Every packing is a permutation, also with a narrower last block.
+    let b: Vec<u32> = (0..96 * 48).collect();
+    let mut packed = pack_weights(&b, 96, 48, 32);
+    packed.sort_unstable();
+    assert_eq!(packed, b);
+    // Features: ((c / C2)·H·W + h·W + w)·C2 + c % C2 with W = 1.
+    for (c2, h_total) in [(16, 5), (8, 32), (4, 3)] {
+        for c in 0..64 {
+            for h in 0..h_total {
+                assert_eq!(
+                    cube_index(c, h, h_total, c2),
+                    ((c / c2) * h_total + h) * c2 + c % c2
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    /// A plan's tiles cover every (row, kernel, K block) exactly once, each
+    /// is one task the CBUF holds, the N tiles go round-robin over the
+    /// cores, and a core's tasks run N tile by N tile.
+    #[test]
+    fn tile_plans_cover_the_matmul_with_single_tasks(
+        m in 1u32..=1100,
+        n in (1u32..=40).prop_map(|n| n * 16),
+        kt in (1u32..=16).prop_map(|k| k * 32),
+        blocks in 1u32..=4,
+        cores in 1u32..=3,
+        fp16: bool,
+    ) {
+        use slmcc_backends::npu::regcmd::tiling::TilePlan;
+        let p = if fp16 { MatmulPrecision::Fp16 } else { MatmulPrecision::Int8 };
+        let k = kt * blocks;
+        let plan = TilePlan::new(p, (m, k, n), kt, cores).unwrap();
+        let mut seen = vec![0u8; (m * n * blocks) as usize];
+        let per_core = plan.tiles();
+        prop_assert_eq!(per_core.len(), cores as usize);
+        let mut count = 0u64;
+        for (core, tiles) in per_core.iter().enumerate() {
+            let mut last_n0 = None;
+            for t in tiles {
+                prop_assert_eq!(t.core as usize, core);
+                prop_assert_eq!((t.n0 / plan.nt) % cores, core as u32);
+                prop_assert!(last_n0 <= Some(t.n0));
+                last_n0 = Some(t.n0);
+                plan.task(t, 0, 0, 0).regcmd().unwrap();
+                for r in t.m0..t.m0 + t.rows {
+                    for c in t.n0..t.n0 + t.kernels {
+                        seen[((t.kb * m + r) * n + c) as usize] += 1;
+                    }
+                }
+                count += 1;
+            }
+        }
+        prop_assert_eq!(count, plan.task_count());
+        prop_assert!(seen.iter().all(|&s| s == 1));
+    }
+}

@@ -4,13 +4,16 @@
 //! (cores, MAC throughput, CBUF, DDR bandwidth, timing constants); [`isa`]
 //! is the instruction set of our NPU programs and [`mod@encode`] its fixed
 //! 128-bit binary form and disassembler; [`container`] serialises whole
-//! programs. The semantics and the timing model are specified in
+//! programs. [`regcmd`] is the hardware's own register interface (register
+//! database, command words, the single-task matmul), which is to replace
+//! our ISA. The semantics and the timing model are specified in
 //! `docs/NPU_ISA.md`; the runtime's `npu_sim` implements them. Everything said about NPU speed is an estimate of this model.
 
 pub mod container;
 pub mod encode;
 pub mod isa;
 pub mod kernels;
+pub mod regcmd;
 pub mod target;
 pub mod tiler;
 

@@ -165,13 +165,13 @@ impl MatmulTask {
                 return Err(MatmulError::Empty { what });
             }
         }
-        if self.k % K_ALIGN != 0 {
+        if !self.k.is_multiple_of(K_ALIGN) {
             return Err(MatmulError::KAlign {
                 k: self.k,
                 align: K_ALIGN,
             });
         }
-        if self.n % N_ALIGN != 0 {
+        if !self.n.is_multiple_of(N_ALIGN) {
             return Err(MatmulError::NAlign {
                 n: self.n,
                 align: N_ALIGN,

@@ -5,16 +5,20 @@
 //!
 //! [`db`] is the register database (blocks, registers, fields); [`word`]
 //! encodes and decodes one 64-bit command word and prints it;
-//! [`matmul`] builds the command list of one single-task matmul. This
+//! [`matmul`] builds the command list of one single-task matmul and
+//! [`layout`] packs its data in the layouts the hardware reads; [`tiling`]
+//! splits a larger matmul into such tasks over the cores. This
 //! part is checked against public facts (Mesa's register description and
 //! the words of the public matmul generator that ran on boards; see
-//! `docs/NPU.md`). Multi-task tiling, the DPU epilogues, a functional
-//! model that executes these lists and the device access are not built
-//! yet: `--target rk3588` still emits the programs of our own modelled
-//! ISA ([`super::isa`]).
+//! `docs/NPU.md`); the runtime's `npu_model` executes these lists and
+//! `npu_device` submits them. The DPU epilogues and the lowering from the
+//! graph are not built yet: `--target rk3588` still emits the programs of
+//! our own modelled ISA ([`super::isa`]).
 
 pub mod db;
+pub mod layout;
 pub mod matmul;
+pub mod tiling;
 pub mod word;
 
 pub use db::{Block, Field, FieldError, Register};
@@ -39,7 +43,7 @@ pub enum BufferError {
 
 /// Decodes a command buffer of little-endian 64-bit words.
 pub fn decode_buffer(bytes: &[u8]) -> Result<Vec<Word>, BufferError> {
-    if bytes.len() % WORD_BYTES != 0 {
+    if !bytes.len().is_multiple_of(WORD_BYTES) {
         return Err(BufferError::Length(bytes.len()));
     }
     bytes

@@ -1,0 +1,196 @@
+//! A matmul too large for one task, tiled into single tasks and split
+//! over the cores.
+//!
+//! Contract: [`TilePlan::new`] divides `C[M,N] = A[M,K]·B[K,N]` into tiles
+//! of at most `mt` rows × `nt` kernels × `kt` channels. Every tile is one
+//! [`MatmulTask`] that fits the CBUF. `kt` is the caller's K block (the
+//! quantization group, or all of K), and each K block writes its own partial
+//! output, which the caller combines. The host must combine them anyway,
+//! because the scale of a group applies to that group's sum. The N tiles go
+//! round-robin over the cores. On each core the tasks run N tile by N tile,
+//! then K block by K block, then M tile by M tile, so the tasks that share
+//! weights come one after another (weight-stationary order). Every task
+//! still loads its weights. Setting the CBUF's `WEIGHT_REUSE` for the
+//! follow-on tasks is left for when a board can confirm it.
+//!
+//! Tile sizes: for each number D of CBUF banks given to the features
+//! (1..=11), `mt` is the most rows D banks hold (at most M, and at most
+//! [`MAX_TILE_ROWS`] for the 10-bit `FEATURE_GRAINS`), and `nt` is the most
+//! kernels the other 12 − D banks hold, in whole weight blocks. The plan
+//! keeps the D with the fewest DDR bytes moved: every N tile reads all of A,
+//! every M tile reads all of B, and each task counts
+//! [`TASK_OVERHEAD_BYTES`] for its setup.
+
+use super::matmul::{MatmulError, MatmulPrecision, MatmulTask, K_ALIGN, N_ALIGN};
+use crate::npu::Target;
+
+/// The most rows of one task: `FEATURE_GRAINS` (M + 1) has 10 bits.
+pub const MAX_TILE_ROWS: u32 = 1022;
+/// What one task's setup counts for in the plan's cost, as DDR bytes: its
+/// 108-word command list, plus a start-up latency of about as long.
+pub const TASK_OVERHEAD_BYTES: u64 = 4096;
+
+/// How a matmul is tiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TilePlan {
+    pub precision: MatmulPrecision,
+    pub m: u32,
+    pub k: u32,
+    pub n: u32,
+    /// Rows per task (the last M tile may be shorter).
+    pub mt: u32,
+    /// Kernels per task (the last N tile may be narrower, in steps of 16).
+    pub nt: u32,
+    /// Channels per task: K is a whole number of K blocks.
+    pub kt: u32,
+    pub cores: u32,
+}
+
+/// One tile: a task's place in the matmul.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    pub core: u32,
+    pub m0: u32,
+    pub rows: u32,
+    pub n0: u32,
+    pub kernels: u32,
+    /// The K block: channels `kb·kt .. (kb + 1)·kt`.
+    pub kb: u32,
+}
+
+impl TilePlan {
+    /// Plans `M×K` by `K×N` in K blocks of `kt` over `cores` cores.
+    pub fn new(
+        precision: MatmulPrecision,
+        (m, k, n): (u32, u32, u32),
+        kt: u32,
+        cores: u32,
+    ) -> Result<TilePlan, MatmulError> {
+        for (what, v) in [
+            ("M", m),
+            ("K", k),
+            ("N", n),
+            ("the K block", kt),
+            ("cores", cores),
+        ] {
+            if v == 0 {
+                return Err(MatmulError::Empty { what });
+            }
+        }
+        if !kt.is_multiple_of(K_ALIGN) || !k.is_multiple_of(kt) {
+            return Err(MatmulError::KAlign {
+                k: kt,
+                align: K_ALIGN,
+            });
+        }
+        if !n.is_multiple_of(N_ALIGN) {
+            return Err(MatmulError::NAlign { n, align: N_ALIGN });
+        }
+        let target = Target::rk3588();
+        let bank = u64::from(target.cbuf_bank_bytes);
+        let row_bytes = u64::from(kt) * u64::from(precision.input_bytes());
+        let block = precision.kernel_block() as u64;
+        let mut best: Option<(u64, TilePlan)> = None;
+        for data_banks in 1..target.cbuf_banks {
+            let weight_banks = u64::from(target.cbuf_banks - data_banks);
+            let mt = (u64::from(data_banks) * bank / row_bytes)
+                .min(u64::from(m))
+                .min(u64::from(MAX_TILE_ROWS));
+            let fit = weight_banks * bank / row_bytes;
+            // Whole weight blocks, or steps of 16 when not even one block fits.
+            let nt = if fit >= block {
+                fit / block * block
+            } else {
+                fit / u64::from(N_ALIGN) * u64::from(N_ALIGN)
+            }
+            .min(u64::from(n));
+            if mt == 0 || nt == 0 {
+                continue;
+            }
+            let plan = TilePlan {
+                precision,
+                m,
+                k,
+                n,
+                mt: mt as u32,
+                nt: nt as u32,
+                kt,
+                cores,
+            };
+            let cost = plan.ddr_bytes() + plan.task_count() * TASK_OVERHEAD_BYTES;
+            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                best = Some((cost, plan));
+            }
+        }
+        best.map(|(_, p)| p).ok_or(MatmulError::WeightsTooLarge {
+            bytes: row_bytes * u64::from(N_ALIGN),
+            banks: target.cbuf_banks - 1,
+            bank_bytes: target.cbuf_bank_bytes,
+        })
+    }
+
+    fn tiles_m(&self) -> u32 {
+        self.m.div_ceil(self.mt)
+    }
+
+    fn tiles_n(&self) -> u32 {
+        self.n.div_ceil(self.nt)
+    }
+
+    /// K blocks.
+    pub fn k_blocks(&self) -> u32 {
+        self.k / self.kt
+    }
+
+    pub fn task_count(&self) -> u64 {
+        u64::from(self.tiles_m()) * u64::from(self.tiles_n()) * u64::from(self.k_blocks())
+    }
+
+    /// DDR bytes the tasks move: A once per N tile, B once per M tile, C
+    /// once per K block.
+    pub fn ddr_bytes(&self) -> u64 {
+        let (m, k, n) = (u64::from(self.m), u64::from(self.k), u64::from(self.n));
+        let bpe = u64::from(self.precision.input_bytes());
+        let out = u64::from(self.precision.output_bytes());
+        m * k * bpe * u64::from(self.tiles_n())
+            + k * n * bpe * u64::from(self.tiles_m())
+            + m * n * out * u64::from(self.k_blocks())
+    }
+
+    /// The tiles of each core, in the order the core runs them.
+    pub fn tiles(&self) -> Vec<Vec<Tile>> {
+        let mut per_core = vec![Vec::new(); self.cores as usize];
+        for tn in 0..self.tiles_n() {
+            let core = tn % self.cores;
+            let n0 = tn * self.nt;
+            let kernels = self.nt.min(self.n - n0);
+            for kb in 0..self.k_blocks() {
+                for tm in 0..self.tiles_m() {
+                    let m0 = tm * self.mt;
+                    per_core[core as usize].push(Tile {
+                        core,
+                        m0,
+                        rows: self.mt.min(self.m - m0),
+                        n0,
+                        kernels,
+                        kb,
+                    });
+                }
+            }
+        }
+        per_core
+    }
+
+    /// The task of `tile`, with its three buffer addresses.
+    pub fn task(&self, tile: &Tile, input: u32, weights: u32, output: u32) -> MatmulTask {
+        MatmulTask {
+            precision: self.precision,
+            m: tile.rows,
+            k: self.kt,
+            n: tile.kernels,
+            input,
+            weights,
+            output,
+        }
+    }
+}
