@@ -13,7 +13,12 @@
 //! KV cache ([`decode`]), and the NPU simulator ([`npu_sim`]: our NPU ISA
 //! executed bit-exactly with the cycle model of `docs/NPU_ISA.md`) with the
 //! NPU part of a graph on it beside the CPU kernels ([`npu`], `--backend
-//! npu-sim`), and the loader of a package's ahead-of-time kernel objects
+//! npu-sim`), the functional model of the RK3588's own register interface
+//! ([`npu_model`]: a task's register command list executed over an image of
+//! NPU memory) and the devices that run such lists ([`npu_device`]: the
+//! `rocket` driver's ioctls and the model behind one trait; [`npu_qmatmul`]:
+//! a W8A8 `qmatmul` tiled into tasks on such a device, bit-exact with the
+//! reference), and the loader of a package's ahead-of-time kernel objects
 //! ([`aot`]: no compiler at load).
 
 pub mod aot;
@@ -27,6 +32,9 @@ pub mod interp;
 pub mod jit;
 pub mod native;
 pub mod npu;
+pub mod npu_device;
+pub mod npu_model;
+pub mod npu_qmatmul;
 pub mod npu_sim;
 pub mod npy;
 pub mod package;

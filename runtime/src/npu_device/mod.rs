@@ -1,0 +1,175 @@
+//! Access to an NPU that runs register command lists: one trait,
+//! [`NpuDevice`], for the mainline `rocket` driver ([`rocket`]) and the
+//! functional model ([`ModelDevice`]).
+//!
+//! Contract: buffers come from [`NpuDevice::alloc`] and carry the NPU
+//! address that command lists use; [`NpuDevice::submit`] runs tasks in
+//! order on one core and returns when they are done, after which
+//! [`NpuDevice::read`] sees their output. A device that cannot do what is
+//! asked says why in a [`DeviceError`]; nothing here panics on a device's
+//! answer. The vendor `rknpu` driver is not supported yet.
+
+pub mod rocket;
+
+use crate::npu_model::{self, Ddr, ModelError};
+
+/// A buffer the NPU can address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NpuBuffer {
+    /// The device's handle.
+    pub handle: u32,
+    /// Its NPU address (32 bits: the register fields and the task's
+    /// command list address are 32-bit).
+    pub addr: u32,
+    pub size: usize,
+}
+
+/// One task: the NPU address of its command list and its word count,
+/// the four tail words included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NpuTask {
+    pub regcmd: u32,
+    pub words: u32,
+}
+
+/// Why a device call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("no NPU device: {0}")]
+    NoDevice(String),
+    #[error("{call}: {source}")]
+    Os {
+        call: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{what} [{offset:#x}, +{len:#x}) is outside the buffer of {size:#x} bytes")]
+    OutOfRange {
+        what: &'static str,
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+    #[error("unknown buffer handle {0}")]
+    UnknownBuffer(u32),
+    #[error("out of NPU memory: {0:#x} bytes more asked for")]
+    OutOfMemory(usize),
+    #[error("task {index}: {source}")]
+    Task { index: usize, source: ModelError },
+    #[error(transparent)]
+    Memory(ModelError),
+    #[error("the task's shape: {0}")]
+    Shape(#[from] slmcc_backends::npu::regcmd::MatmulError),
+}
+
+/// An NPU that runs register command lists.
+pub trait NpuDevice {
+    /// The device's name in messages (`rocket`, `model`).
+    fn name(&self) -> &'static str;
+    /// A zeroed buffer of `size` bytes.
+    fn alloc(&mut self, size: usize) -> Result<NpuBuffer, DeviceError>;
+    /// Writes `data` into `buf` at `offset`.
+    fn write(&mut self, buf: &NpuBuffer, offset: usize, data: &[u8]) -> Result<(), DeviceError>;
+    /// Reads `out.len()` bytes of `buf` at `offset`.
+    fn read(&mut self, buf: &NpuBuffer, offset: usize, out: &mut [u8]) -> Result<(), DeviceError>;
+    /// Runs `tasks` in order on one core and waits for them.
+    fn submit(&mut self, tasks: &[NpuTask]) -> Result<(), DeviceError>;
+}
+
+/// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.
+pub(crate) fn check_range(
+    what: &'static str,
+    offset: usize,
+    len: usize,
+    size: usize,
+) -> Result<(), DeviceError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(DeviceError::OutOfRange {
+            what,
+            offset,
+            len,
+            size,
+        }),
+    }
+}
+
+/// The functional model as a device: buffers are ranges of one image of
+/// NPU memory, handed out in order (4 KiB aligned, as pages), and a
+/// submit runs each task with [`npu_model::execute`].
+pub struct ModelDevice {
+    ddr: Ddr,
+    next: usize,
+    buffers: Vec<NpuBuffer>,
+}
+
+/// Alignment of the model's buffers.
+const PAGE: usize = 4096;
+
+impl ModelDevice {
+    /// A device with `size` bytes of NPU memory at NPU address `base`.
+    pub fn new(base: u32, size: usize) -> ModelDevice {
+        ModelDevice {
+            ddr: Ddr::new(base, size),
+            next: 0,
+            buffers: Vec::new(),
+        }
+    }
+
+    fn buffer(&self, buf: &NpuBuffer) -> Result<NpuBuffer, DeviceError> {
+        let known = self.buffers.get(buf.handle as usize).copied();
+        known
+            .filter(|b| b == buf)
+            .ok_or(DeviceError::UnknownBuffer(buf.handle))
+    }
+}
+
+impl NpuDevice for ModelDevice {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+
+    fn alloc(&mut self, size: usize) -> Result<NpuBuffer, DeviceError> {
+        let end = self
+            .next
+            .checked_add(size)
+            .filter(|&end| end <= self.ddr.size())
+            .ok_or(DeviceError::OutOfMemory(size))?;
+        let buf = NpuBuffer {
+            handle: self.buffers.len() as u32,
+            addr: self.ddr.base() + self.next as u32,
+            size,
+        };
+        self.next = end.next_multiple_of(PAGE).min(self.ddr.size());
+        self.buffers.push(buf);
+        Ok(buf)
+    }
+
+    fn write(&mut self, buf: &NpuBuffer, offset: usize, data: &[u8]) -> Result<(), DeviceError> {
+        let buf = self.buffer(buf)?;
+        check_range("write", offset, data.len(), buf.size)?;
+        self.ddr
+            .write(buf.addr + offset as u32, data)
+            .map_err(DeviceError::Memory)
+    }
+
+    fn read(&mut self, buf: &NpuBuffer, offset: usize, out: &mut [u8]) -> Result<(), DeviceError> {
+        let buf = self.buffer(buf)?;
+        check_range("read", offset, out.len(), buf.size)?;
+        let bytes = self
+            .ddr
+            .read(buf.addr + offset as u32, out.len())
+            .map_err(DeviceError::Memory)?;
+        out.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn submit(&mut self, tasks: &[NpuTask]) -> Result<(), DeviceError> {
+        for (index, t) in tasks.iter().enumerate() {
+            let task_error = |source| DeviceError::Task { index, source };
+            let len = t.words as usize * 8;
+            let list = self.ddr.read(t.regcmd, len).map_err(task_error)?.to_vec();
+            npu_model::execute(&mut self.ddr, &list).map_err(task_error)?;
+        }
+        Ok(())
+    }
+}

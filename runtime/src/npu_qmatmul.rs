@@ -1,0 +1,242 @@
+//! W8A8 `qmatmul` on an NPU device through the register interface: the
+//! integer products on the NPU, tiled into single tasks, and the rest of
+//! the op on the CPU, bit-exact with the reference (`slmcc_ir`'s
+//! `QMatMul`, whose module doc gives the semantics).
+//!
+//! Contract: [`NpuQMatMul::new`] takes the quantized weights and packs them
+//! in tile order (the compile-time part). [`NpuQMatMul::load`] writes them
+//! to a device once. [`NpuQMatMul::run`] does the rest on the CPU:
+//!
+//! 1. It quantizes each row of `x` as the reference does (`s`, `z`, `xq`).
+//! 2. It packs the rows into feature cubes.
+//! 3. It runs every task, each giving `Σ xq·q` over one K block.
+//! 4. It subtracts `z · Σ q` (the column sums of the block, computed with
+//!    the weights).
+//! 5. It applies the scales in the reference's order.
+//!
+//! Steps 3 and 4 are exact in integers, so the result equals the
+//! reference's bit for bit. The K block is the quantization group: a
+//! group's scale applies to that group's sum. The NPU does no part of the
+//! dequantization yet; that needs the DPU stages, which no public run has
+//! shown.
+
+use slmcc_backends::npu::regcmd::layout::{cube_len, pack_cube, pack_weights, unpack_cube};
+use slmcc_backends::npu::regcmd::tiling::{Tile, TilePlan};
+use slmcc_backends::npu::regcmd::{encode_buffer, MatmulError, MatmulPrecision};
+use slmcc_ir::ops::qmatmul::{activation_params, quantize_activation};
+
+use crate::npu_device::{DeviceError, NpuBuffer, NpuDevice, NpuTask};
+
+/// A W8A8 `qmatmul`'s weights, tiled for the NPU.
+pub struct NpuQMatMul {
+    plan: TilePlan,
+    /// Weight tiles in [`TilePlan::tiles`] order of (N tile, K block).
+    weights: Vec<u8>,
+    /// Byte offset in `weights` of each (N tile, K block).
+    weight_offsets: Vec<usize>,
+    /// `Σ q` per K block and column, `[K/kt][N]`.
+    colsums: Vec<i32>,
+    /// `[K/kt][N]` scales.
+    scale: Vec<f32>,
+}
+
+/// The weights on a device.
+pub struct LoadedWeights {
+    buf: NpuBuffer,
+}
+
+impl NpuQMatMul {
+    /// `q`: row-major `[K, N]` int8 weights; `scale`: `[K/group, N]`; for
+    /// `m` rows at most per call, over `cores` cores.
+    pub fn new(
+        q: &[i8],
+        scale: &[f32],
+        (m, k, n): (usize, usize, usize),
+        group: usize,
+        cores: u32,
+    ) -> Result<NpuQMatMul, MatmulError> {
+        assert_eq!(q.len(), k * n, "weights");
+        assert_eq!(scale.len(), k / group * n, "scales");
+        let plan = TilePlan::new(
+            MatmulPrecision::Int8,
+            (m as u32, k as u32, n as u32),
+            group as u32,
+            cores,
+        )?;
+        let kt = group;
+        let kb_count = k / kt;
+        let mut weights = Vec::with_capacity(k * n);
+        let mut weight_offsets = Vec::new();
+        for n0 in (0..n).step_by(plan.nt as usize) {
+            let kernels = (plan.nt as usize).min(n - n0);
+            for kb in 0..kb_count {
+                let block: Vec<i8> = (kb * kt..(kb + 1) * kt)
+                    .flat_map(|kk| q[kk * n + n0..kk * n + n0 + kernels].iter().copied())
+                    .collect();
+                weight_offsets.push(weights.len());
+                let packed =
+                    pack_weights(&block, kt, kernels, MatmulPrecision::Int8.kernel_block());
+                weights.extend(packed.iter().map(|&v| v as u8));
+            }
+        }
+        let mut colsums = vec![0i32; kb_count * n];
+        for kk in 0..k {
+            for nn in 0..n {
+                colsums[kk / kt * n + nn] += i32::from(q[kk * n + nn]);
+            }
+        }
+        Ok(NpuQMatMul {
+            plan,
+            weights,
+            weight_offsets,
+            colsums,
+            scale: scale.to_vec(),
+        })
+    }
+
+    pub fn plan(&self) -> &TilePlan {
+        &self.plan
+    }
+
+    /// Writes the weights to `dev`.
+    pub fn load(&self, dev: &mut dyn NpuDevice) -> Result<LoadedWeights, DeviceError> {
+        let buf = dev.alloc(self.weights.len())?;
+        dev.write(&buf, 0, &self.weights)?;
+        Ok(LoadedWeights { buf })
+    }
+
+    fn weight_offset(&self, tile: &Tile) -> usize {
+        let tn = (tile.n0 / self.plan.nt) as usize;
+        self.weight_offsets[tn * self.plan.k_blocks() as usize + tile.kb as usize]
+    }
+
+    /// `y = qmatmul(x, q, scale)` for row-major `x: [rows, K]`, rows at
+    /// most the planned M.
+    pub fn run(
+        &self,
+        dev: &mut dyn NpuDevice,
+        weights: &LoadedWeights,
+        x: &[f32],
+        rows: usize,
+    ) -> Result<Vec<f32>, DeviceError> {
+        let p = self.plan;
+        let (k, n, kt) = (p.k as usize, p.n as usize, p.kt as usize);
+        assert_eq!(x.len(), rows * k, "activations");
+        assert!(rows <= p.m as usize, "more rows than planned");
+        // 1. Per-row quantization, as the reference.
+        let mut params = Vec::with_capacity(rows);
+        let mut xq = vec![0i8; rows * k];
+        for m in 0..rows {
+            let row = &x[m * k..(m + 1) * k];
+            let (s, z) = activation_params(row);
+            params.push((s, z as i32));
+            for (d, &v) in xq[m * k..(m + 1) * k].iter_mut().zip(row) {
+                *d = quantize_activation(v, s, z) as i8;
+            }
+        }
+        let plan = TilePlan {
+            m: rows as u32,
+            ..p
+        };
+        // 2. Feature cubes per (M tile, K block), then outputs per task.
+        let c2in = p.precision.input_atom_channels();
+        let c2out = p.precision.output_atom_channels();
+        let mut features = Vec::new();
+        let mut feature_offsets = Vec::new();
+        for m0 in (0..rows).step_by(p.mt as usize) {
+            let tile_rows = (p.mt as usize).min(rows - m0);
+            for kb in 0..p.k_blocks() as usize {
+                let block: Vec<i8> = (m0..m0 + tile_rows)
+                    .flat_map(|m| xq[m * k + kb * kt..m * k + (kb + 1) * kt].iter().copied())
+                    .collect();
+                feature_offsets.push(features.len());
+                features.extend(
+                    pack_cube(&block, tile_rows, kt, c2in)
+                        .iter()
+                        .map(|&v| v as u8),
+                );
+            }
+        }
+        let fbuf = dev.alloc(features.len())?;
+        dev.write(&fbuf, 0, &features)?;
+        let per_core = plan.tiles();
+        let tiles: Vec<&Tile> = per_core.iter().flatten().collect();
+        let out_len = |t: &Tile| cube_len(t.kernels as usize, t.rows as usize, c2out) * 4;
+        let mut out_offsets = Vec::with_capacity(tiles.len());
+        let mut out_total = 0;
+        for t in &tiles {
+            out_offsets.push(out_total);
+            out_total += out_len(t);
+        }
+        let obuf = dev.alloc(out_total)?;
+        // 3. One command list per task, one submit per core.
+        let mut lists = Vec::new();
+        let mut list_offsets = Vec::with_capacity(tiles.len());
+        for (t, &out_at) in tiles.iter().zip(&out_offsets) {
+            let tm = (t.m0 / p.mt) as usize;
+            let f_at = feature_offsets[tm * p.k_blocks() as usize + t.kb as usize];
+            let task = plan.task(
+                t,
+                fbuf.addr + f_at as u32,
+                weights.buf.addr + self.weight_offset(t) as u32,
+                obuf.addr + out_at as u32,
+            );
+            list_offsets.push(lists.len());
+            lists.extend(encode_buffer(&task.regcmd()?));
+        }
+        let lbuf = dev.alloc(lists.len())?;
+        dev.write(&lbuf, 0, &lists)?;
+        let mut index = 0;
+        for core in &per_core {
+            let tasks: Vec<NpuTask> = core
+                .iter()
+                .map(|_| {
+                    let t = NpuTask {
+                        regcmd: lbuf.addr + list_offsets[index] as u32,
+                        words: 108,
+                    };
+                    index += 1;
+                    t
+                })
+                .collect();
+            if !tasks.is_empty() {
+                dev.submit(&tasks)?;
+            }
+        }
+        // 4. The integer sums per K block, corrected for the zero points.
+        let mut out = vec![0u8; out_total];
+        dev.read(&obuf, 0, &mut out)?;
+        let blocks = p.k_blocks() as usize;
+        let mut acc = vec![0i32; blocks * rows * n];
+        for (t, &at) in tiles.iter().zip(&out_offsets) {
+            let raw: Vec<i32> = out[at..at + out_len(t)]
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let (tr, tk) = (t.rows as usize, t.kernels as usize);
+            let c = unpack_cube(&raw, tr, tk, c2out);
+            for r in 0..tr {
+                let m = t.m0 as usize + r;
+                for j in 0..tk {
+                    let col = t.n0 as usize + j;
+                    let colsum = i64::from(self.colsums[t.kb as usize * n + col]);
+                    let z = i64::from(params[m].1);
+                    let exact = i64::from(c[r * tk + j]) - z * colsum;
+                    acc[(t.kb as usize * rows + m) * n + col] = exact as i32;
+                }
+            }
+        }
+        // 5. The scales, groups in order, as the reference.
+        let mut y = vec![0f32; rows * n];
+        for (m, &(s, _)) in params.iter().enumerate() {
+            for g in 0..blocks {
+                let a = &acc[(g * rows + m) * n..][..n];
+                let sc = &self.scale[g * n..][..n];
+                for ((o, &a), &sc) in y[m * n..][..n].iter_mut().zip(a).zip(sc) {
+                    *o += a as f32 * (s * sc);
+                }
+            }
+        }
+        Ok(y)
+    }
+}
