@@ -194,6 +194,95 @@ pub enum Command {
     Report(ReportArgs),
     /// List the registered passes: contract, phases, options with defaults, statistics.
     Passes(PassesArgs),
+    /// The RK3588 NPU's register interface: print or decode register command lists.
+    #[command(after_long_help = NPU_AFTER_HELP)]
+    Npu(NpuArgs),
+}
+
+const NPU_AFTER_HELP: &str = "\
+Each line is one 64-bit command word: target block, register address and value
+in hex (4, 4 and 8 digits), then the register's name and its non-zero fields.
+Targets: 0101 PC, 0201 CNA, 0801 CORE, 1001 DPU, 2001 DPU_RDMA; 0041 and 0081
+are the two words that end a task (the second enables the blocks).
+
+Examples:
+  slmcc npu regcmd --dtype int8 --m 4 --k 32 --n 16
+  slmcc npu regcmd --dtype fp16 --out-dtype fp16 --m 32 --k 512 --n 64 -o task.bin
+  slmcc npu disasm task.bin";
+
+#[derive(Args, Debug)]
+pub struct NpuArgs {
+    #[command(subcommand)]
+    pub action: NpuAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NpuAction {
+    /// Print the register command list of one single-task matmul (inputs M x K, weights K x N).
+    Regcmd(RegcmdArgs),
+    /// Decode a register command buffer (little-endian 64-bit words), one line per word.
+    Disasm(DisasmArgs),
+}
+
+/// Input precision of an NPU matmul.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NpuDtype {
+    Int8,
+    Fp16,
+}
+
+/// Output precision of an NPU matmul.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NpuOutDtype {
+    Int32,
+    Fp32,
+    Fp16,
+}
+
+#[derive(Args, Debug)]
+pub struct RegcmdArgs {
+    /// Input precision (int8 x int8 accumulates in int32, fp16 x fp16 in fp32).
+    #[arg(long, value_enum)]
+    pub dtype: NpuDtype,
+    /// Output precision [default: int32 for int8, fp32 for fp16; fp16 also for fp16].
+    #[arg(long, value_enum)]
+    pub out_dtype: Option<NpuOutDtype>,
+    /// Rows of the input (M x K).
+    #[arg(long)]
+    pub m: u32,
+    /// Inner dimension (a multiple of 32).
+    #[arg(long)]
+    pub k: u32,
+    /// Columns of the weights (K x N; a multiple of 16).
+    #[arg(long)]
+    pub n: u32,
+    /// NPU address of the input buffer (decimal or 0x hex).
+    #[arg(long, default_value = "0", value_parser = parse_u32_address)]
+    pub input_addr: u32,
+    /// NPU address of the weight buffer.
+    #[arg(long, default_value = "0", value_parser = parse_u32_address)]
+    pub weights_addr: u32,
+    /// NPU address of the output buffer.
+    #[arg(long, default_value = "0", value_parser = parse_u32_address)]
+    pub output_addr: u32,
+    /// Also write the command buffer (little-endian 64-bit words) to this file.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DisasmArgs {
+    /// A register command buffer: little-endian 64-bit words.
+    pub input: PathBuf,
+}
+
+/// A 32-bit NPU address, decimal or `0x` hex.
+fn parse_u32_address(s: &str) -> Result<u32, String> {
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16),
+        None => s.parse::<u32>(),
+    };
+    parsed.map_err(|e| format!("`{s}` is not a 32-bit address: {e}"))
 }
 
 fn opt_after_help() -> String {

@@ -359,3 +359,85 @@ fn run_rejects_bad_inputs() {
         "missing input `input_ids` (i64[1, seq])",
     );
 }
+
+#[test]
+fn npu_regcmd_prints_and_disasm_reads_back_a_command_list() {
+    let dir = std::env::temp_dir().join(format!("slmcc-cli-npu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let buf = dir.join("task.bin");
+    let args = [
+        "npu",
+        "regcmd",
+        "--dtype",
+        "int8",
+        "--m",
+        "4",
+        "--k",
+        "32",
+        "--n",
+        "16",
+        "--input-addr",
+        "0x11110000",
+        "-o",
+        buf.to_str().unwrap(),
+    ];
+    let o = slmcc(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 108);
+    assert_eq!(
+        lines[2],
+        "0201 1010 00000050  CNA_CONV_CON2 FEATURE_GRAINS=5"
+    );
+    assert_eq!(
+        lines[21],
+        "0201 1070 11110000  CNA_FEATURE_DATA_ADDR FEATURE_BASE_ADDR=0x11110000"
+    );
+    assert_eq!(std::fs::metadata(&buf).unwrap().len(), 108 * 8);
+    let again = slmcc(&["npu", "disasm", buf.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(stdout(&again), text);
+
+    let bad = dir.join("bad.bin");
+    std::fs::write(&bad, 0x0401_0000_0000_2004u64.to_le_bytes()).unwrap();
+    expect_bad_input(
+        &["npu", "disasm", bad.to_str().unwrap()],
+        "word 0 (0x0401000000002004): unknown target 0x0401",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn npu_regcmd_refuses_what_is_not_one_task() {
+    expect_bad_input(
+        &[
+            "npu", "regcmd", "--dtype", "fp16", "--m", "32", "--k", "1024", "--n", "256",
+        ],
+        "fp16->fp32 matmul M=32 K=1024 N=256 as one task: the weights (524288 bytes) do not \
+         fit the 10 CBUF banks the features leave",
+    );
+    expect_bad_input(
+        &[
+            "npu", "regcmd", "--dtype", "int8", "--m", "4", "--k", "40", "--n", "16",
+        ],
+        "K = 40 is not a multiple of 32",
+    );
+    expect_bad_input(
+        &[
+            "npu",
+            "regcmd",
+            "--dtype",
+            "int8",
+            "--out-dtype",
+            "fp16",
+            "--m",
+            "4",
+            "--k",
+            "32",
+            "--n",
+            "16",
+        ],
+        "--out-dtype fp16: an int8 matmul writes int32",
+    );
+}

@@ -6,6 +6,7 @@ mod generate;
 mod golden;
 mod import;
 mod load;
+mod npu;
 mod onnx_test;
 mod opt;
 mod passes;
@@ -30,5 +31,6 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::Golden(args) => golden::run(args),
         Command::Report(args) => report::run(args),
         Command::Passes(args) => passes::run(args),
+        Command::Npu(args) => npu::run(args),
     }
 }
