@@ -338,21 +338,25 @@ fn layouts_follow_the_public_formulas() {
 
 proptest! {
     /// A plan's tiles cover every (row, kernel, K block) exactly once, each
-    /// is one task the CBUF holds, the N tiles go round-robin over the
-    /// cores, and a core's tasks run N tile by N tile.
+    /// is one task the CBUF holds, K blocks stay inside groups, the N tiles
+    /// go round-robin over the cores, and a core's tasks run N tile by N
+    /// tile.
     #[test]
     fn tile_plans_cover_the_matmul_with_single_tasks(
         m in 1u32..=1100,
         n in (1u32..=40).prop_map(|n| n * 16),
-        kt in (1u32..=16).prop_map(|k| k * 32),
-        blocks in 1u32..=4,
+        group in (1u32..=16).prop_map(|k| k * 32),
+        groups in 1u32..=4,
         cores in 1u32..=3,
         fp16: bool,
     ) {
         use slmcc_backends::npu::regcmd::tiling::TilePlan;
         let p = if fp16 { MatmulPrecision::Fp16 } else { MatmulPrecision::Int8 };
-        let k = kt * blocks;
-        let plan = TilePlan::new(p, (m, k, n), kt, cores).unwrap();
+        let k = group * groups;
+        let plan = TilePlan::new(p, (m, k, n), group, cores).unwrap();
+        prop_assert!(group.is_multiple_of(plan.kt) && plan.kt.is_multiple_of(32));
+        let blocks = plan.k_blocks();
+        prop_assert_eq!(blocks * plan.kt, k);
         let mut seen = vec![0u8; (m * n * blocks) as usize];
         let per_core = plan.tiles();
         prop_assert_eq!(per_core.len(), cores as usize);

@@ -208,7 +208,8 @@ are the two words that end a task (the second enables the blocks).
 Examples:
   slmcc npu regcmd --dtype int8 --m 4 --k 32 --n 16
   slmcc npu regcmd --dtype fp16 --out-dtype fp16 --m 32 --k 512 --n 64 -o task.bin
-  slmcc npu disasm task.bin";
+  slmcc npu disasm task.bin
+  slmcc npu plan --dtype int8 --m 64 --k 1536 --n 8960";
 
 #[derive(Args, Debug)]
 pub struct NpuArgs {
@@ -222,6 +223,37 @@ pub enum NpuAction {
     Regcmd(RegcmdArgs),
     /// Decode a register command buffer (little-endian 64-bit words), one line per word.
     Disasm(DisasmArgs),
+    /// How a matmul splits into single tasks over the cores, and its estimated time.
+    Plan(NpuPlanArgs),
+}
+
+/// The matmul of `slmcc npu regcmd` and `npu plan`: inputs M x K, weights K x N.
+#[derive(Args, Debug)]
+pub struct NpuMatmulArgs {
+    /// Input precision (int8 x int8 accumulates in int32, fp16 x fp16 in fp32).
+    #[arg(long, value_enum)]
+    pub dtype: NpuDtype,
+    /// Output precision [default: int32 for int8, fp32 for fp16; fp16 also for fp16].
+    #[arg(long, value_enum)]
+    pub out_dtype: Option<NpuOutDtype>,
+    /// Rows of the input (M x K).
+    #[arg(long)]
+    pub m: u32,
+    /// Inner dimension (a multiple of 32).
+    #[arg(long)]
+    pub k: u32,
+    /// Columns of the weights (K x N; a multiple of 16).
+    #[arg(long)]
+    pub n: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct NpuPlanArgs {
+    #[command(flatten)]
+    pub matmul: NpuMatmulArgs,
+    /// The quantization group, whose partial sums the host adds [default: K].
+    #[arg(long)]
+    pub group: Option<u32>,
 }
 
 /// Input precision of an NPU matmul.
@@ -241,21 +273,8 @@ pub enum NpuOutDtype {
 
 #[derive(Args, Debug)]
 pub struct RegcmdArgs {
-    /// Input precision (int8 x int8 accumulates in int32, fp16 x fp16 in fp32).
-    #[arg(long, value_enum)]
-    pub dtype: NpuDtype,
-    /// Output precision [default: int32 for int8, fp32 for fp16; fp16 also for fp16].
-    #[arg(long, value_enum)]
-    pub out_dtype: Option<NpuOutDtype>,
-    /// Rows of the input (M x K).
-    #[arg(long)]
-    pub m: u32,
-    /// Inner dimension (a multiple of 32).
-    #[arg(long)]
-    pub k: u32,
-    /// Columns of the weights (K x N; a multiple of 16).
-    #[arg(long)]
-    pub n: u32,
+    #[command(flatten)]
+    pub matmul: NpuMatmulArgs,
     /// NPU address of the input buffer (decimal or 0x hex).
     #[arg(long, default_value = "0", value_parser = parse_u32_address)]
     pub input_addr: u32,

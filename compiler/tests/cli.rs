@@ -441,3 +441,24 @@ fn npu_regcmd_refuses_what_is_not_one_task() {
         "--out-dtype fp16: an int8 matmul writes int32",
     );
 }
+
+#[test]
+fn npu_plan_prints_the_tiles_and_an_estimate() {
+    let o = slmcc(&[
+        "npu", "plan", "--dtype", "int8", "--m", "64", "--k", "1536", "--n", "8960",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.starts_with("int8->int32 matmul M=64 K=1536 N=8960, K blocks of "),
+        "{text}"
+    );
+    assert!(text.contains("estimated time (a model of rk3588"), "{text}");
+    expect_bad_input(
+        &[
+            "npu", "plan", "--dtype", "int8", "--m", "4", "--k", "1536", "--n", "64", "--group",
+            "100",
+        ],
+        "the group 100 is not a multiple of 32 that divides K = 1536",
+    );
+}

@@ -9,13 +9,14 @@
 //!
 //! 1. It quantizes each row of `x` as the reference does (`s`, `z`, `xq`).
 //! 2. It packs the rows into feature cubes.
-//! 3. It runs every task, each giving `Σ xq·q` over one K block.
-//! 4. It subtracts `z · Σ q` (the column sums of the block, computed with
-//!    the weights).
+//! 3. It runs every task, each giving `Σ xq·q` over one K block (a part
+//!    of a group).
+//! 4. It adds up each group's blocks and subtracts `z · Σ q` (the group's
+//!    column sums, computed with the weights).
 //! 5. It applies the scales in the reference's order.
 //!
 //! Steps 3 and 4 are exact in integers, so the result equals the
-//! reference's bit for bit. The K block is the quantization group: a
+//! reference's bit for bit. A K block never straddles two groups, since a
 //! group's scale applies to that group's sum. The NPU does no part of the
 //! dequantization yet; that needs the DPU stages, which no public run has
 //! shown.
@@ -34,9 +35,11 @@ pub struct NpuQMatMul {
     weights: Vec<u8>,
     /// Byte offset in `weights` of each (N tile, K block).
     weight_offsets: Vec<usize>,
-    /// `Σ q` per K block and column, `[K/kt][N]`.
+    /// The quantization group.
+    group: usize,
+    /// `Σ q` per group and column, `[K/group][N]`.
     colsums: Vec<i32>,
-    /// `[K/kt][N]` scales.
+    /// `[K/group][N]` scales.
     scale: Vec<f32>,
 }
 
@@ -63,7 +66,7 @@ impl NpuQMatMul {
             group as u32,
             cores,
         )?;
-        let kt = group;
+        let kt = plan.kt as usize;
         let kb_count = k / kt;
         let mut weights = Vec::with_capacity(k * n);
         let mut weight_offsets = Vec::new();
@@ -79,16 +82,17 @@ impl NpuQMatMul {
                 weights.extend(packed.iter().map(|&v| v as u8));
             }
         }
-        let mut colsums = vec![0i32; kb_count * n];
+        let mut colsums = vec![0i32; k / group * n];
         for kk in 0..k {
             for nn in 0..n {
-                colsums[kk / kt * n + nn] += i32::from(q[kk * n + nn]);
+                colsums[kk / group * n + nn] += i32::from(q[kk * n + nn]);
             }
         }
         Ok(NpuQMatMul {
             plan,
             weights,
             weight_offsets,
+            group,
             colsums,
             scale: scale.to_vec(),
         })
@@ -203,11 +207,12 @@ impl NpuQMatMul {
                 dev.submit(&tasks)?;
             }
         }
-        // 4. The integer sums per K block, corrected for the zero points.
+        // 4. The integer sums per group (its K blocks added), corrected
+        // for the zero points.
         let mut out = vec![0u8; out_total];
         dev.read(&obuf, 0, &mut out)?;
-        let blocks = p.k_blocks() as usize;
-        let mut acc = vec![0i32; blocks * rows * n];
+        let groups = k / self.group;
+        let mut acc = vec![0i64; groups * rows * n];
         for (t, &at) in tiles.iter().zip(&out_offsets) {
             let raw: Vec<i32> = out[at..at + out_len(t)]
                 .chunks_exact(4)
@@ -215,25 +220,31 @@ impl NpuQMatMul {
                 .collect();
             let (tr, tk) = (t.rows as usize, t.kernels as usize);
             let c = unpack_cube(&raw, tr, tk, c2out);
+            let g = t.kb as usize * kt / self.group;
             for r in 0..tr {
                 let m = t.m0 as usize + r;
                 for j in 0..tk {
-                    let col = t.n0 as usize + j;
-                    let colsum = i64::from(self.colsums[t.kb as usize * n + col]);
-                    let z = i64::from(params[m].1);
-                    let exact = i64::from(c[r * tk + j]) - z * colsum;
-                    acc[(t.kb as usize * rows + m) * n + col] = exact as i32;
+                    acc[(g * rows + m) * n + t.n0 as usize + j] += i64::from(c[r * tk + j]);
+                }
+            }
+        }
+        for g in 0..groups {
+            for (m, &(_, z)) in params.iter().enumerate() {
+                let sums = &self.colsums[g * n..][..n];
+                for (a, &colsum) in acc[(g * rows + m) * n..][..n].iter_mut().zip(sums) {
+                    // The reference's Σ (xq - z)·q: within i32, as its sum is.
+                    *a -= i64::from(z) * i64::from(colsum);
                 }
             }
         }
         // 5. The scales, groups in order, as the reference.
         let mut y = vec![0f32; rows * n];
         for (m, &(s, _)) in params.iter().enumerate() {
-            for g in 0..blocks {
+            for g in 0..groups {
                 let a = &acc[(g * rows + m) * n..][..n];
                 let sc = &self.scale[g * n..][..n];
                 for ((o, &a), &sc) in y[m * n..][..n].iter_mut().zip(a).zip(sc) {
-                    *o += a as f32 * (s * sc);
+                    *o += a as i32 as f32 * (s * sc);
                 }
             }
         }

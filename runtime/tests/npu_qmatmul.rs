@@ -23,7 +23,8 @@ fn check(m: usize, k: usize, n: usize, group: usize, seed: u64) -> u64 {
         .collect();
 
     let npu = NpuQMatMul::new(&q, &scale, (m, k, n), group, 3).unwrap();
-    let bytes = k * n + 4 * m * n * (k / group) + 2 * m * k + (1 << 20);
+    let blocks = npu.plan().k_blocks() as usize;
+    let bytes = k * n + 4 * m * n * blocks + 2 * m * k + (1 << 20);
     let mut dev = ModelDevice::new(0x1000_0000, bytes + npu.plan().task_count() as usize * 8192);
     let weights = npu.load(&mut dev).unwrap();
     let got = npu.run(&mut dev, &weights, &x, m).unwrap();

@@ -1,21 +1,26 @@
-//! `slmcc npu regcmd` and `slmcc npu disasm`: the RK3588 register command
-//! list of one matmul, and the decoding of a command buffer, one line per
-//! word (`TTTT AAAA VVVVVVVV  REGISTER FIELD=value ...`). The debugging view
-//! for a board that disagrees: compare with what its driver submitted.
+//! `slmcc npu regcmd`, `npu disasm` and `npu plan`: the RK3588 register
+//! command list of one matmul, the decoding of a command buffer, one line
+//! per word (`TTTT AAAA VVVVVVVV  REGISTER FIELD=value ...`; the debugging
+//! view for a board that disagrees: compare with what its driver
+//! submitted), and how a larger matmul splits into tasks, with its
+//! estimated time.
 
 use std::fmt::Write as _;
 
 use anyhow::{anyhow, Context};
 use clap::ValueEnum;
+use slmcc_backends::npu::regcmd::tiling::TilePlan;
 use slmcc_backends::npu::regcmd::{self, MatmulPrecision, MatmulTask, Word};
+use slmcc_backends::npu::Target;
 
-use crate::cli::{DisasmArgs, NpuAction, NpuArgs, NpuDtype, NpuOutDtype, RegcmdArgs};
+use crate::cli::{DisasmArgs, NpuAction, NpuArgs, NpuDtype, NpuOutDtype, NpuPlanArgs, RegcmdArgs};
 use crate::exit::CmdResult;
 
 pub fn run(args: NpuArgs) -> CmdResult {
     match args.action {
         NpuAction::Regcmd(a) => regcmd(a),
         NpuAction::Disasm(a) => disasm(a),
+        NpuAction::Plan(a) => plan(a),
     }
 }
 
@@ -37,15 +42,16 @@ fn precision(dtype: NpuDtype, out: Option<NpuOutDtype>) -> anyhow::Result<Matmul
     }
 }
 
-fn regcmd(a: RegcmdArgs) -> CmdResult {
+fn regcmd(args: RegcmdArgs) -> CmdResult {
+    let a = &args.matmul;
     let task = MatmulTask {
         precision: precision(a.dtype, a.out_dtype)?,
         m: a.m,
         k: a.k,
         n: a.n,
-        input: a.input_addr,
-        weights: a.weights_addr,
-        output: a.output_addr,
+        input: args.input_addr,
+        weights: args.weights_addr,
+        output: args.output_addr,
     };
     let words = task.regcmd().with_context(|| {
         format!(
@@ -56,7 +62,7 @@ fn regcmd(a: RegcmdArgs) -> CmdResult {
             a.n
         )
     })?;
-    if let Some(path) = &a.output {
+    if let Some(path) = &args.output {
         super::opt::write_atomically(path, &regcmd::encode_buffer(&words))
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -69,6 +75,60 @@ fn disasm(a: DisasmArgs) -> CmdResult {
         std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let words = regcmd::decode_buffer(&bytes).with_context(|| a.input.display().to_string())?;
     print!("{}", lines(&words));
+    Ok(())
+}
+
+fn plan(args: NpuPlanArgs) -> CmdResult {
+    let a = &args.matmul;
+    let precision = precision(a.dtype, a.out_dtype)?;
+    let target = Target::rk3588();
+    let group = args.group.unwrap_or(a.k);
+    let plan =
+        TilePlan::new(precision, (a.m, a.k, a.n), group, target.cores).with_context(|| {
+            format!(
+                "{} matmul M={} K={} N={} in K blocks of {group}",
+                precision.name(),
+                a.m,
+                a.k,
+                a.n
+            )
+        })?;
+    let est = plan.estimate(&target);
+    let per_core: Vec<String> = plan.tiles().iter().map(|t| t.len().to_string()).collect();
+    let (slowest, _) = est
+        .per_core
+        .iter()
+        .enumerate()
+        .max_by(|x, y| (x.1 .0 + x.1 .1 + x.1 .2).total_cmp(&(y.1 .0 + y.1 .1 + y.1 .2)))
+        .unwrap_or((0, &(0.0, 0.0, 0.0)));
+    let (setup, ddr, macs) = est.per_core.get(slowest).copied().unwrap_or_default();
+    let ms = |s: f64| format!("{:.3} ms", s * 1e3);
+    println!(
+        "{} matmul M={} K={} N={}, K blocks of {}, {} cores",
+        precision.name(),
+        a.m,
+        a.k,
+        a.n,
+        plan.kt,
+        plan.cores
+    );
+    println!(
+        "tiles: {} rows x {} kernels x {} channels; {} tasks ({} per core)",
+        plan.mt,
+        plan.nt,
+        plan.kt,
+        est.tasks,
+        per_core.join(", ")
+    );
+    println!("DDR bytes: {:.2} MB", plan.ddr_bytes() as f64 / 1e6);
+    println!(
+        "estimated time (a model of {}, docs/NPU.md): {} (core {slowest}: setup {}, DDR {}, MACs {})",
+        target.name,
+        ms(est.seconds),
+        ms(setup),
+        ms(ddr),
+        ms(macs)
+    );
     Ok(())
 }
 

@@ -120,6 +120,8 @@ pub enum MatmulError {
     Empty { what: &'static str },
     #[error("K = {k} is not a multiple of {align} (the channel block CNA reads)")]
     KAlign { k: u32, align: u32 },
+    #[error("the group {group} is not a multiple of {align} that divides K = {k}")]
+    Group { group: u32, k: u32, align: u32 },
     #[error("N = {n} is not a multiple of {align} (the kernel block of the weight layout)")]
     NAlign { n: u32, align: u32 },
     #[error(

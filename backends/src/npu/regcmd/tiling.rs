@@ -3,23 +3,26 @@
 //!
 //! Contract: [`TilePlan::new`] divides `C[M,N] = A[M,K]·B[K,N]` into tiles
 //! of at most `mt` rows × `nt` kernels × `kt` channels. Every tile is one
-//! [`MatmulTask`] that fits the CBUF. `kt` is the caller's K block (the
-//! quantization group, or all of K), and each K block writes its own partial
-//! output, which the caller combines. The host must combine them anyway,
-//! because the scale of a group applies to that group's sum. The N tiles go
+//! [`MatmulTask`] that fits the CBUF. `kt` divides the caller's group (the
+//! quantization group, or all of K), so a K block never straddles two
+//! groups. Each K block writes its own partial output, which the caller
+//! adds up per group: the scale of a group applies to that group's sum. The N tiles go
 //! round-robin over the cores. On each core the tasks run N tile by N tile,
 //! then K block by K block, then M tile by M tile, so the tasks that share
 //! weights come one after another (weight-stationary order). Every task
 //! still loads its weights. Setting the CBUF's `WEIGHT_REUSE` for the
 //! follow-on tasks is left for when a board can confirm it.
 //!
-//! Tile sizes: for each number D of CBUF banks given to the features
+//! Tile sizes: for each K block `kt` (a divisor of the group, a multiple of
+//! 32) and each number D of CBUF banks given to the features
 //! (1..=11), `mt` is the most rows D banks hold (at most M, and at most
 //! [`MAX_TILE_ROWS`] for the 10-bit `FEATURE_GRAINS`), and `nt` is the most
 //! kernels the other 12 − D banks hold, in whole weight blocks. The plan
-//! keeps the D with the fewest DDR bytes moved: every N tile reads all of A,
+//! keeps the pair with the fewest DDR bytes moved: every N tile reads all of A,
 //! every M tile reads all of B, and each task counts
-//! [`TASK_OVERHEAD_BYTES`] for its setup.
+//! [`TASK_OVERHEAD_BYTES`] for its setup; partial outputs count as written
+//! once per K block. [`TilePlan::estimate`] gives the
+//! plan's estimated time on the model's target.
 
 use super::matmul::{MatmulError, MatmulPrecision, MatmulTask, K_ALIGN, N_ALIGN};
 use crate::npu::Target;
@@ -59,39 +62,70 @@ pub struct Tile {
 }
 
 impl TilePlan {
-    /// Plans `M×K` by `K×N` in K blocks of `kt` over `cores` cores.
+    /// Plans `M×K` by `K×N` over `cores` cores, in K blocks that divide
+    /// `group` (the quantization group, or K): the K block is one of the
+    /// divisors of `group` that are multiples of 32, the one whose plan
+    /// costs least.
     pub fn new(
         precision: MatmulPrecision,
         (m, k, n): (u32, u32, u32),
-        kt: u32,
+        group: u32,
         cores: u32,
     ) -> Result<TilePlan, MatmulError> {
         for (what, v) in [
             ("M", m),
             ("K", k),
             ("N", n),
-            ("the K block", kt),
+            ("the group", group),
             ("cores", cores),
         ] {
             if v == 0 {
                 return Err(MatmulError::Empty { what });
             }
         }
-        if !kt.is_multiple_of(K_ALIGN) || !k.is_multiple_of(kt) {
-            return Err(MatmulError::KAlign {
-                k: kt,
+        if !group.is_multiple_of(K_ALIGN) || !k.is_multiple_of(group) {
+            return Err(MatmulError::Group {
+                group,
+                k,
                 align: K_ALIGN,
             });
         }
         if !n.is_multiple_of(N_ALIGN) {
             return Err(MatmulError::NAlign { n, align: N_ALIGN });
         }
+        let mut best: Option<(u64, TilePlan)> = None;
+        for kt in (K_ALIGN..=group).step_by(K_ALIGN as usize) {
+            if !group.is_multiple_of(kt) {
+                continue;
+            }
+            for plan in Self::candidates(precision, (m, k, n), kt, cores) {
+                let cost = plan.ddr_bytes() + plan.task_count() * TASK_OVERHEAD_BYTES;
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, plan));
+                }
+            }
+        }
+        // Only when 16 kernels of 32 channels do not fit, which 12 banks
+        // always hold.
+        best.map(|(_, p)| p).ok_or(MatmulError::WeightsTooLarge {
+            bytes: u64::from(K_ALIGN * N_ALIGN * precision.input_bytes()),
+            banks: 0,
+            bank_bytes: Target::rk3588().cbuf_bank_bytes,
+        })
+    }
+
+    /// The plans with K blocks of `kt`, one per number of feature banks.
+    fn candidates(
+        precision: MatmulPrecision,
+        (m, k, n): (u32, u32, u32),
+        kt: u32,
+        cores: u32,
+    ) -> impl Iterator<Item = TilePlan> {
         let target = Target::rk3588();
         let bank = u64::from(target.cbuf_bank_bytes);
         let row_bytes = u64::from(kt) * u64::from(precision.input_bytes());
         let block = precision.kernel_block() as u64;
-        let mut best: Option<(u64, TilePlan)> = None;
-        for data_banks in 1..target.cbuf_banks {
+        (1..target.cbuf_banks).filter_map(move |data_banks| {
             let weight_banks = u64::from(target.cbuf_banks - data_banks);
             let mt = (u64::from(data_banks) * bank / row_bytes)
                 .min(u64::from(m))
@@ -104,10 +138,7 @@ impl TilePlan {
                 fit / u64::from(N_ALIGN) * u64::from(N_ALIGN)
             }
             .min(u64::from(n));
-            if mt == 0 || nt == 0 {
-                continue;
-            }
-            let plan = TilePlan {
+            (mt > 0 && nt > 0).then_some(TilePlan {
                 precision,
                 m,
                 k,
@@ -116,16 +147,7 @@ impl TilePlan {
                 nt: nt as u32,
                 kt,
                 cores,
-            };
-            let cost = plan.ddr_bytes() + plan.task_count() * TASK_OVERHEAD_BYTES;
-            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                best = Some((cost, plan));
-            }
-        }
-        best.map(|(_, p)| p).ok_or(MatmulError::WeightsTooLarge {
-            bytes: row_bytes * u64::from(N_ALIGN),
-            banks: target.cbuf_banks - 1,
-            bank_bytes: target.cbuf_bank_bytes,
+            })
         })
     }
 
@@ -191,6 +213,70 @@ impl TilePlan {
             input,
             weights,
             output,
+        }
+    }
+}
+
+/// What one task's start costs in the estimate, in seconds: the driver
+/// starts each task from the previous one's interrupt, and the front end
+/// fetches its 108 words. An assumption until a board measures it.
+pub const TASK_SETUP_SECONDS: f64 = 10e-6;
+
+/// The estimated time of a plan: a model, not a measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TileEstimate {
+    pub tasks: u64,
+    /// The slowest core's time.
+    pub seconds: f64,
+    /// Per core: (setup, DDR transfers, MACs) seconds.
+    pub per_core: Vec<(f64, f64, f64)>,
+}
+
+impl TilePlan {
+    /// Estimates the plan on `target`. Per task, one after another on its
+    /// core (the model does not overlap them): [`TASK_SETUP_SECONDS`]; the
+    /// feature and weight bytes into the CBUF and the output bytes back, at
+    /// the DDR bandwidth divided among the cores that have tasks; and the
+    /// MACs at the core's rate (`macs_per_cycle` for int8,
+    /// `f16_macs_per_cycle` for fp16) and clock. The cores run at once.
+    pub fn estimate(&self, target: &Target) -> TileEstimate {
+        let per_core_tiles = self.tiles();
+        let busy = per_core_tiles
+            .iter()
+            .filter(|t| !t.is_empty())
+            .count()
+            .max(1) as f64;
+        let share = target.ddr_bytes_per_sec as f64 / busy;
+        let rate = match self.precision {
+            MatmulPrecision::Int8 => target.macs_per_cycle,
+            MatmulPrecision::Fp16 | MatmulPrecision::Fp16ToFp16 => target.f16_macs_per_cycle,
+        } as f64
+            * target.clock_hz as f64;
+        let bpe = f64::from(self.precision.input_bytes());
+        let out = f64::from(self.precision.output_bytes());
+        let kt = f64::from(self.kt);
+        let per_core: Vec<(f64, f64, f64)> = per_core_tiles
+            .iter()
+            .map(|tiles| {
+                tiles.iter().fold((0.0, 0.0, 0.0), |(s, d, m), t| {
+                    let (rows, kernels) = (f64::from(t.rows), f64::from(t.kernels));
+                    let bytes = (rows + kernels) * kt * bpe + rows * kernels * out;
+                    (
+                        s + TASK_SETUP_SECONDS,
+                        d + bytes / share,
+                        m + rows * kernels * kt / rate,
+                    )
+                })
+            })
+            .collect();
+        let seconds = per_core
+            .iter()
+            .map(|(s, d, m)| s + d + m)
+            .fold(0.0, f64::max);
+        TileEstimate {
+            tasks: self.task_count(),
+            seconds,
+            per_core,
         }
     }
 }
