@@ -5,7 +5,8 @@
 //!
 //! Contract: [`NpuQMatMul::new`] takes the quantized weights and packs them
 //! in tile order (the compile-time part). [`NpuQMatMul::load`] writes them
-//! to a device once. [`NpuQMatMul::run`] does the rest on the CPU:
+//! to a device once and allocates the buffers that every run reuses.
+//! [`NpuQMatMul::run`] does the rest on the CPU:
 //!
 //! 1. It quantizes each row of `x` as the reference does (`s`, `z`, `xq`).
 //! 2. It packs the rows into feature cubes.
@@ -23,10 +24,13 @@
 
 use slmcc_backends::npu::regcmd::layout::{cube_len, pack_cube, pack_weights, unpack_cube};
 use slmcc_backends::npu::regcmd::tiling::{Tile, TilePlan};
-use slmcc_backends::npu::regcmd::{encode_buffer, MatmulError, MatmulPrecision};
+use slmcc_backends::npu::regcmd::{encode_buffer, MatmulError, MatmulPrecision, WORD_BYTES};
 use slmcc_ir::ops::qmatmul::{activation_params, quantize_activation};
 
 use crate::npu_device::{DeviceError, NpuBuffer, NpuDevice, NpuTask};
+
+/// Words in one task's command list.
+const TASK_WORDS: usize = 108;
 
 /// A W8A8 `qmatmul`'s weights, tiled for the NPU.
 pub struct NpuQMatMul {
@@ -43,9 +47,14 @@ pub struct NpuQMatMul {
     scale: Vec<f32>,
 }
 
-/// The weights on a device.
-pub struct LoadedWeights {
-    buf: NpuBuffer,
+/// The op on a device: its weights, and the buffers every run reuses
+/// (feature cubes, partial outputs and command lists, sized for the
+/// planned rows).
+pub struct Loaded {
+    weights: NpuBuffer,
+    features: NpuBuffer,
+    outputs: NpuBuffer,
+    lists: NpuBuffer,
 }
 
 impl NpuQMatMul {
@@ -102,11 +111,21 @@ impl NpuQMatMul {
         &self.plan
     }
 
-    /// Writes the weights to `dev`.
-    pub fn load(&self, dev: &mut dyn NpuDevice) -> Result<LoadedWeights, DeviceError> {
-        let buf = dev.alloc(self.weights.len())?;
-        dev.write(&buf, 0, &self.weights)?;
-        Ok(LoadedWeights { buf })
+    /// Writes the weights to `dev` and allocates the buffers of a run.
+    /// For the planned rows, the feature cubes take M·K bytes (K blocks of
+    /// whole 16-channel atoms), the int32 partial outputs M·N·4 per K
+    /// block, and the command lists 108 words per task.
+    pub fn load(&self, dev: &mut dyn NpuDevice) -> Result<Loaded, DeviceError> {
+        let p = &self.plan;
+        let (m, k, n) = (p.m as usize, p.k as usize, p.n as usize);
+        let weights = dev.alloc(self.weights.len())?;
+        dev.write(&weights, 0, &self.weights)?;
+        Ok(Loaded {
+            weights,
+            features: dev.alloc(m * k)?,
+            outputs: dev.alloc(m * n * 4 * p.k_blocks() as usize)?,
+            lists: dev.alloc(p.task_count() as usize * TASK_WORDS * WORD_BYTES)?,
+        })
     }
 
     fn weight_offset(&self, tile: &Tile) -> usize {
@@ -119,7 +138,7 @@ impl NpuQMatMul {
     pub fn run(
         &self,
         dev: &mut dyn NpuDevice,
-        weights: &LoadedWeights,
+        loaded: &Loaded,
         x: &[f32],
         rows: usize,
     ) -> Result<Vec<f32>, DeviceError> {
@@ -161,7 +180,7 @@ impl NpuQMatMul {
                 );
             }
         }
-        let fbuf = dev.alloc(features.len())?;
+        let fbuf = loaded.features;
         dev.write(&fbuf, 0, &features)?;
         let per_core = plan.tiles();
         let tiles: Vec<&Tile> = per_core.iter().flatten().collect();
@@ -172,40 +191,34 @@ impl NpuQMatMul {
             out_offsets.push(out_total);
             out_total += out_len(t);
         }
-        let obuf = dev.alloc(out_total)?;
+        let obuf = loaded.outputs;
         // 3. One command list per task, one submit per core.
         let mut lists = Vec::new();
-        let mut list_offsets = Vec::with_capacity(tiles.len());
+        let mut tasks = Vec::with_capacity(tiles.len());
         for (t, &out_at) in tiles.iter().zip(&out_offsets) {
             let tm = (t.m0 / p.mt) as usize;
             let f_at = feature_offsets[tm * p.k_blocks() as usize + t.kb as usize];
             let task = plan.task(
                 t,
                 fbuf.addr + f_at as u32,
-                weights.buf.addr + self.weight_offset(t) as u32,
+                loaded.weights.addr + self.weight_offset(t) as u32,
                 obuf.addr + out_at as u32,
             );
-            list_offsets.push(lists.len());
-            lists.extend(encode_buffer(&task.regcmd()?));
+            let words = task.regcmd()?;
+            tasks.push(NpuTask {
+                regcmd: loaded.lists.addr + lists.len() as u32,
+                words: words.len() as u32,
+            });
+            lists.extend(encode_buffer(&words));
         }
-        let lbuf = dev.alloc(lists.len())?;
-        dev.write(&lbuf, 0, &lists)?;
-        let mut index = 0;
+        dev.write(&loaded.lists, 0, &lists)?;
+        let mut queue = tasks.as_slice();
         for core in &per_core {
-            let tasks: Vec<NpuTask> = core
-                .iter()
-                .map(|_| {
-                    let t = NpuTask {
-                        regcmd: lbuf.addr + list_offsets[index] as u32,
-                        words: 108,
-                    };
-                    index += 1;
-                    t
-                })
-                .collect();
-            if !tasks.is_empty() {
-                dev.submit(&tasks)?;
+            let (now, rest) = queue.split_at(core.len());
+            if !now.is_empty() {
+                dev.submit(now)?;
             }
+            queue = rest;
         }
         // 4. The integer sums per group (its K blocks added), corrected
         // for the zero points.

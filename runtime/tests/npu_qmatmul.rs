@@ -88,3 +88,34 @@ fn qwen2_1p5b_every_shape_up_to_512_tokens() {
         }
     }
 }
+
+/// One load serves runs of any number of rows up to the planned M, on the
+/// same buffers: the device's memory does not grow per run.
+#[test]
+fn runs_reuse_the_loaded_buffers() {
+    let (m, k, n, group) = (40, 512, 96, 128);
+    let mut rng = Rng(7);
+    let q: Vec<i8> = (0..k * n).map(|_| (rng.unit() * 127.0) as i8).collect();
+    let scale: Vec<f32> = (0..k / group * n)
+        .map(|_| 1e-3 * (1.5 + rng.unit()))
+        .collect();
+    let npu = NpuQMatMul::new(&q, &scale, (m, k, n), group, 3).unwrap();
+    // Room for the load (about 0.2 MiB) but not for 15 runs' buffers.
+    let mut dev = ModelDevice::new(0x1000_0000, 1 << 20);
+    let loaded = npu.load(&mut dev).unwrap();
+    let op = QMatMul::new(8, group as i64).unwrap();
+    let qt =
+        Tensor::from_i64(vec![k, n], q.iter().map(|&v| i64::from(v)).collect()).cast(DType::I8);
+    let st = Tensor::from_f32(vec![k / group, n], scale.clone());
+    for rows in [40, 3, 17, 40, 1].repeat(3) {
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.unit() * 2.0 + 0.5).collect();
+        let got = npu.run(&mut dev, &loaded, &x, rows).unwrap();
+        let xt = Tensor::from_f32(vec![rows, k], x);
+        let want = op.eval(&[&xt, &qt, &st], &EvalCtx::default()).unwrap()[0].to_f32_vec();
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{rows} rows differ from the reference");
+    }
+}
