@@ -59,6 +59,9 @@ pub enum BackendArg {
     /// As npu-sim, attention on the CPU (only the NPU kernels bit-exact
     /// with their ops).
     NpuSimExact,
+    /// The W8A8 qmatmuls through the RK3588's own register interface on
+    /// its functional model (docs/NPU.md), the rest on cpu.
+    NpuModel,
 }
 
 impl BackendArg {
@@ -70,6 +73,7 @@ impl BackendArg {
             BackendArg::Cpu => "cpu",
             BackendArg::NpuSim => "npu-sim",
             BackendArg::NpuSimExact => "npu-sim-exact",
+            BackendArg::NpuModel => "npu-model",
         }
     }
 }

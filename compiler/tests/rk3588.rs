@@ -183,3 +183,72 @@ fn a_cpu_report_has_no_npu_programs() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("only rk3588 models"), "{}", stderr(&o));
 }
+
+/// `--backend npu-model`: the W8A8 qmatmuls as tasks of the RK3588's own
+/// register interface on its functional model, the rest on the CPU. The
+/// same logits and tokens as the cpu kernels (both bit-exact with the op),
+/// and the log says how many nodes ran there and why the others did not.
+#[test]
+fn npu_model_runs_the_qmatmuls_through_the_register_interface() {
+    let dir = tmpdir("npu-model");
+    // q, k, v and o of 2 layers; phi3's q, k, v are one fused projection.
+    for (model, on_npu) in [("qwen2", 8), ("llama", 8), ("phi3", 4)] {
+        let onnx = repo().join(format!("testdata/models/{model}.onnx"));
+        let pkg = dir.join(format!("{model}.slmpkg"));
+        let kv = dir.join(format!("{model}-kv.slmpkg"));
+        let (onnx, pkg, kv) = (
+            onnx.to_str().unwrap(),
+            pkg.to_str().unwrap(),
+            kv.to_str().unwrap(),
+        );
+        for (extra, out) in [("--buckets=16", pkg), ("--kv-cache", kv)] {
+            ok(&[
+                "compile", onnx, "--target", "rk3588", "--quant", "w8a8", extra, "-o", out,
+            ]);
+        }
+        let input = format!(
+            "input_ids={}",
+            repo()
+                .join(format!("goldens/{model}/seq11/input_ids.npy"))
+                .display()
+        );
+        let run = |backend: &str| {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_slmcc"))
+                .args(["run", pkg, "--backend", backend, "--input", &input])
+                .env("SLMCC_LOG", "warn,slmcc_runtime=info")
+                .current_dir(repo())
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{model} {backend}: {}", stderr(&o));
+            (stdout(&o), stderr(&o))
+        };
+        let (cpu, _) = run("cpu");
+        let (model_out, log) = run("npu-model");
+        assert_eq!(model_out, cpu, "{model}");
+        assert!(
+            log.contains(&format!(
+                "{on_npu} qmatmul node(s) on the RK3588 register-interface model"
+            )),
+            "{model}: {log}"
+        );
+        assert!(log.contains("stays on the CPU: "), "{model}: {log}");
+        let generate = |backend: &str| {
+            ok(&[
+                "generate",
+                kv,
+                "--prompt-ids",
+                "1,2,3,4,5",
+                "--max-new-tokens",
+                "8",
+                "--backend",
+                backend,
+            ])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+        };
+        assert_eq!(generate("npu-model"), generate("cpu"), "{model}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -79,6 +79,10 @@ pub struct NpuOps {
     /// `rms_norm`, `add_rms_norm`.
     pub norms: bool,
     pub attention: bool,
+    /// The NPU's `qmatmul`s run through the RK3588's own register
+    /// interface on its functional model (`docs/NPU.md`) instead of our
+    /// modelled ISA. Placement does not read it.
+    pub registers: bool,
 }
 
 impl NpuOps {
@@ -86,11 +90,20 @@ impl NpuOps {
         matmuls: true,
         norms: true,
         attention: true,
+        registers: false,
     };
     /// The bit-exact kernels only (attention on the CPU).
     pub const EXACT: NpuOps = NpuOps {
         attention: false,
         ..NpuOps::ALL
+    };
+    /// The `qmatmul`s through the register interface; everything else on
+    /// the CPU.
+    pub const REGISTERS: NpuOps = NpuOps {
+        matmuls: true,
+        norms: false,
+        attention: false,
+        registers: true,
     };
 }
 

@@ -33,7 +33,9 @@ pub enum Backend {
     /// The modelled RK3588: the nodes the `partition` pass places on the
     /// NPU (of the kinds given: all for `npu-sim`; for `npu-sim-exact` the
     /// kernels bit-exact with their ops, attention on the CPU) run their
-    /// NPU kernels on the simulator, the rest on the cpu backend as above.
+    /// NPU kernels on the simulator, the rest on the cpu backend as above;
+    /// for `npu-model` the W8A8 `qmatmul`s run through the register
+    /// interface on its functional model.
     NpuSim(NpuOps),
 }
 
@@ -44,6 +46,7 @@ impl From<BackendArg> for Backend {
             BackendArg::Cpu => Backend::Cpu,
             BackendArg::NpuSim => Backend::NpuSim(NpuOps::ALL),
             BackendArg::NpuSimExact => Backend::NpuSim(NpuOps::EXACT),
+            BackendArg::NpuModel => Backend::NpuSim(NpuOps::REGISTERS),
         }
     }
 }

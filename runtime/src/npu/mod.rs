@@ -11,11 +11,14 @@
 //! node's operands into its image, runs the program on the simulator and
 //! reads the results: per kernel kind in [`qmatmul`] (activations
 //! quantized on the CPU; bit for bit the reference op), [`norm`] (bit for
-//! bit) and [`attention`] (f16 products: within f16 rounding).
+//! bit) and [`attention`] (f16 products: within f16 rounding). With
+//! `NpuOps::REGISTERS` (`--backend npu-model`) the W8A8 `qmatmul`s run
+//! through the RK3588's own register interface instead ([`registers`]).
 
 mod attention;
 mod norm;
 mod qmatmul;
+mod registers;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -220,6 +223,7 @@ pub type NpuRecords = Rc<RefCell<HashMap<usize, NodeRecord>>>;
 /// buffers a call fills, reused by every call.
 enum LoadedNode {
     Q(qmatmul::LoadedQ),
+    Registers(Box<registers::RegistersQ>),
     Norm(norm::LoadedNorm),
     Attention(attention::LoadedAttention),
 }
@@ -274,6 +278,7 @@ impl LoadedNode {
         let stats = unsafe {
             match self {
                 LoadedNode::Q(l) => l.call_raw(ins, outs),
+                LoadedNode::Registers(l) => l.call_raw(ins, outs),
                 LoadedNode::Norm(l) => l.call_raw(ins, outs),
                 LoadedNode::Attention(l) => l.call_raw(ins, outs),
             }
@@ -301,7 +306,8 @@ impl NpuSimKernels {
     /// With `stored` (a package's programs,
     /// [`crate::package::Package::npu_programs`]) every NPU node runs the
     /// program stored for it, which must exist; otherwise the programs are
-    /// emitted now.
+    /// emitted now. With `ops.registers` the `qmatmul`s that the register
+    /// interface takes run there, and the stored programs are not used.
     pub fn new(
         module: &Module,
         graph: &Graph,
@@ -310,8 +316,31 @@ impl NpuSimKernels {
         stored: Option<&HashMap<usize, Program>>,
         ops: NpuOps,
     ) -> Result<NpuSimKernels, String> {
-        let nodes = plan_graph_with(graph, target, ops)?;
         let mut npu = HashMap::new();
+        if ops.registers {
+            for (i, _) in place_with(graph, ops)
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.device == Device::Npu)
+            {
+                match registers::RegistersQ::load(module, graph, i) {
+                    Ok(l) => {
+                        npu.insert(i, Rc::new(RefCell::new(LoadedNode::Registers(Box::new(l)))));
+                    }
+                    Err(e) => tracing::info!("node {} stays on the CPU: {e}", node_label(graph, i)),
+                }
+            }
+            tracing::info!(
+                "{} qmatmul node(s) on the RK3588 register-interface model",
+                npu.len()
+            );
+            return Ok(NpuSimKernels {
+                cpu,
+                npu,
+                records: NpuRecords::default(),
+            });
+        }
+        let nodes = plan_graph_with(graph, target, ops)?;
         for mut node in nodes {
             let i = node.node;
             if let Some(stored) = stored {
