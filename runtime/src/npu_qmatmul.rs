@@ -18,11 +18,14 @@
 //!
 //! Steps 3 and 4 are exact in integers, so the result equals the
 //! reference's bit for bit. A K block never straddles two groups, since a
-//! group's scale applies to that group's sum. The NPU does no part of the
+//! group's scale applies to that group's sum. A group that is not a
+//! multiple of 32 channels is padded with zero channels, and N with zero
+//! kernels to a multiple of 16: zeros add nothing to any sum. The NPU does no part of the
 //! dequantization yet; that needs the DPU stages, which no public run has
 //! shown.
 
 use slmcc_backends::npu::regcmd::layout::{cube_len, pack_cube, pack_weights, unpack_cube};
+use slmcc_backends::npu::regcmd::matmul::{K_ALIGN, N_ALIGN};
 use slmcc_backends::npu::regcmd::tiling::{Tile, TilePlan};
 use slmcc_backends::npu::regcmd::{encode_buffer, MatmulError, MatmulPrecision, WORD_BYTES};
 use slmcc_ir::ops::qmatmul::{activation_params, quantize_activation};
@@ -39,11 +42,17 @@ pub struct NpuQMatMul {
     weights: Vec<u8>,
     /// Byte offset in `weights` of each (N tile, K block).
     weight_offsets: Vec<usize>,
-    /// The quantization group.
+    /// The op's K and N, and its quantization group.
+    k: usize,
+    n: usize,
     group: usize,
-    /// `Σ q` per group and column, `[K/group][N]`.
+    /// The group as the NPU sees it: zero channels pad it to a multiple of
+    /// 32 (the plan's K is the groups so padded, its N is N padded with
+    /// zero kernels to a multiple of 16).
+    padded_group: usize,
+    /// `Σ q` per group and padded column, `[K/group][N']`.
     colsums: Vec<i32>,
-    /// `[K/group][N]` scales.
+    /// `[K/group][N']` scales, 0 in the padding.
     scale: Vec<f32>,
 }
 
@@ -68,11 +77,24 @@ impl NpuQMatMul {
         cores: u32,
     ) -> Result<NpuQMatMul, MatmulError> {
         assert_eq!(q.len(), k * n, "weights");
+        assert!(group > 0 && k % group == 0, "group");
         assert_eq!(scale.len(), k / group * n, "scales");
+        // Zero channels at the end of each group and zero kernels at the
+        // end of N: both add nothing to any sum.
+        let groups = k / group;
+        let padded_group = group.next_multiple_of(K_ALIGN as usize);
+        let np = n.next_multiple_of(N_ALIGN as usize);
+        let kp = groups * padded_group;
+        let mut qp = vec![0i8; kp * np];
+        for kk in 0..k {
+            let row = kk / group * padded_group + kk % group;
+            qp[row * np..row * np + n].copy_from_slice(&q[kk * n..(kk + 1) * n]);
+        }
+        let (q, k, n) = (&qp[..], kp, np);
         let plan = TilePlan::new(
             MatmulPrecision::Int8,
             (m as u32, k as u32, n as u32),
-            group as u32,
+            padded_group as u32,
             cores,
         )?;
         let kt = plan.kt as usize;
@@ -91,19 +113,27 @@ impl NpuQMatMul {
                 weights.extend(packed.iter().map(|&v| v as u8));
             }
         }
-        let mut colsums = vec![0i32; k / group * n];
+        let mut colsums = vec![0i32; groups * n];
         for kk in 0..k {
             for nn in 0..n {
-                colsums[kk / group * n + nn] += i32::from(q[kk * n + nn]);
+                colsums[kk / padded_group * n + nn] += i32::from(q[kk * n + nn]);
             }
+        }
+        let n_op = scale.len() / groups;
+        let mut scale_p = vec![0f32; groups * n];
+        for g in 0..groups {
+            scale_p[g * n..g * n + n_op].copy_from_slice(&scale[g * n_op..(g + 1) * n_op]);
         }
         Ok(NpuQMatMul {
             plan,
             weights,
             weight_offsets,
+            k: groups * group,
+            n: n_op,
             group,
+            padded_group,
             colsums,
-            scale: scale.to_vec(),
+            scale: scale_p,
         })
     }
 
@@ -116,16 +146,37 @@ impl NpuQMatMul {
     /// whole 16-channel atoms), the int32 partial outputs M·N·4 per K
     /// block, and the command lists 108 words per task.
     pub fn load(&self, dev: &mut dyn NpuDevice) -> Result<Loaded, DeviceError> {
-        let p = &self.plan;
-        let (m, k, n) = (p.m as usize, p.k as usize, p.n as usize);
-        let weights = dev.alloc(self.weights.len())?;
+        let [w, f, o, l] = self.buffer_sizes();
+        let weights = dev.alloc(w)?;
         dev.write(&weights, 0, &self.weights)?;
         Ok(Loaded {
             weights,
-            features: dev.alloc(m * k)?,
-            outputs: dev.alloc(m * n * 4 * p.k_blocks() as usize)?,
-            lists: dev.alloc(p.task_count() as usize * TASK_WORDS * WORD_BYTES)?,
+            features: dev.alloc(f)?,
+            outputs: dev.alloc(o)?,
+            lists: dev.alloc(l)?,
         })
+    }
+
+    /// Bytes of the weights, feature cubes, partial outputs and command
+    /// lists.
+    fn buffer_sizes(&self) -> [usize; 4] {
+        let p = &self.plan;
+        let (m, k, n) = (p.m as usize, p.k as usize, p.n as usize);
+        [
+            self.weights.len(),
+            m * k,
+            m * n * 4 * p.k_blocks() as usize,
+            p.task_count() as usize * TASK_WORDS * WORD_BYTES,
+        ]
+    }
+
+    /// NPU memory [`NpuQMatMul::load`] takes, with each buffer rounded up
+    /// to `align` bytes.
+    pub fn device_bytes(&self, align: usize) -> usize {
+        self.buffer_sizes()
+            .iter()
+            .map(|b| b.next_multiple_of(align))
+            .sum()
     }
 
     fn weight_offset(&self, tile: &Tile) -> usize {
@@ -144,17 +195,18 @@ impl NpuQMatMul {
     ) -> Result<Vec<f32>, DeviceError> {
         let p = self.plan;
         let (k, n, kt) = (p.k as usize, p.n as usize, p.kt as usize);
-        assert_eq!(x.len(), rows * k, "activations");
+        assert_eq!(x.len(), rows * self.k, "activations");
         assert!(rows <= p.m as usize, "more rows than planned");
-        // 1. Per-row quantization, as the reference.
+        // 1. Per-row quantization, as the reference; zeros in the padding.
         let mut params = Vec::with_capacity(rows);
         let mut xq = vec![0i8; rows * k];
         for m in 0..rows {
-            let row = &x[m * k..(m + 1) * k];
+            let row = &x[m * self.k..(m + 1) * self.k];
             let (s, z) = activation_params(row);
             params.push((s, z as i32));
-            for (d, &v) in xq[m * k..(m + 1) * k].iter_mut().zip(row) {
-                *d = quantize_activation(v, s, z) as i8;
+            for (kk, &v) in row.iter().enumerate() {
+                let at = kk / self.group * self.padded_group + kk % self.group;
+                xq[m * k + at] = quantize_activation(v, s, z) as i8;
             }
         }
         let plan = TilePlan {
@@ -224,7 +276,7 @@ impl NpuQMatMul {
         // for the zero points.
         let mut out = vec![0u8; out_total];
         dev.read(&obuf, 0, &mut out)?;
-        let groups = k / self.group;
+        let groups = k / self.padded_group;
         let mut acc = vec![0i64; groups * rows * n];
         for (t, &at) in tiles.iter().zip(&out_offsets) {
             let raw: Vec<i32> = out[at..at + out_len(t)]
@@ -233,7 +285,7 @@ impl NpuQMatMul {
                 .collect();
             let (tr, tk) = (t.rows as usize, t.kernels as usize);
             let c = unpack_cube(&raw, tr, tk, c2out);
-            let g = t.kb as usize * kt / self.group;
+            let g = t.kb as usize * kt / self.padded_group;
             for r in 0..tr {
                 let m = t.m0 as usize + r;
                 for j in 0..tk {
@@ -250,13 +302,15 @@ impl NpuQMatMul {
                 }
             }
         }
-        // 5. The scales, groups in order, as the reference.
-        let mut y = vec![0f32; rows * n];
+        // 5. The scales, groups in order, as the reference, on the op's
+        // N columns.
+        let n_op = self.n;
+        let mut y = vec![0f32; rows * n_op];
         for (m, &(s, _)) in params.iter().enumerate() {
             for g in 0..groups {
-                let a = &acc[(g * rows + m) * n..][..n];
-                let sc = &self.scale[g * n..][..n];
-                for ((o, &a), &sc) in y[m * n..][..n].iter_mut().zip(a).zip(sc) {
+                let a = &acc[(g * rows + m) * n..][..n_op];
+                let sc = &self.scale[g * n..][..n_op];
+                for ((o, &a), &sc) in y[m * n_op..][..n_op].iter_mut().zip(a).zip(sc) {
                     *o += a as i32 as f32 * (s * sc);
                 }
             }

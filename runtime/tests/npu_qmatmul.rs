@@ -5,7 +5,7 @@ mod common;
 
 use slmcc_ir::ops::qmatmul::QMatMul;
 use slmcc_ir::{DType, EvalCtx, OpDef, Tensor};
-use slmcc_runtime::npu_device::ModelDevice;
+use slmcc_runtime::npu_device::{ModelDevice, PAGE};
 use slmcc_runtime::npu_qmatmul::NpuQMatMul;
 
 use common::Rng;
@@ -23,9 +23,7 @@ fn check(m: usize, k: usize, n: usize, group: usize, seed: u64) -> u64 {
         .collect();
 
     let npu = NpuQMatMul::new(&q, &scale, (m, k, n), group, 3).unwrap();
-    let blocks = npu.plan().k_blocks() as usize;
-    let bytes = k * n + 4 * m * n * blocks + 2 * m * k + (1 << 20);
-    let mut dev = ModelDevice::new(0x1000_0000, bytes + npu.plan().task_count() as usize * 8192);
+    let mut dev = ModelDevice::new(0x1000_0000, npu.device_bytes(PAGE));
     let weights = npu.load(&mut dev).unwrap();
     let got = npu.run(&mut dev, &weights, &x, m).unwrap();
 
@@ -56,6 +54,15 @@ fn tiled_qmatmuls_are_bit_exact_with_the_reference() {
     assert!(check(3, 8960, 64, 128, 3) > 3);
     // More rows than one task's FEATURE_GRAINS holds.
     assert!(check(1100, 256, 32, 256, 4) > 1);
+}
+
+/// Groups that are not whole 32-channel blocks and N that is not a whole
+/// number of 16 kernels: padded with zeros for the NPU, the same result.
+#[test]
+fn groups_and_columns_the_npu_does_not_align_are_padded() {
+    check(11, 176, 176, 176, 5); // the test models' MLP down projection
+    check(3, 64, 40, 16, 6); // groups of 16, N = 40
+    check(9, 96, 8, 48, 7);
 }
 
 /// The shapes of Qwen2-1.5B's projections (hidden 1536, 2 KV heads of 128,

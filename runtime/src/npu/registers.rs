@@ -11,7 +11,7 @@ use slmcc_ir::{Graph, Module, Op, OpDef};
 
 use super::{fixed_shape, weight_data};
 use crate::exec::KernelError;
-use crate::npu_device::ModelDevice;
+use crate::npu_device::{ModelDevice, PAGE};
 use crate::npu_qmatmul::{Loaded, NpuQMatMul};
 use crate::npu_sim::SimStats;
 
@@ -52,14 +52,7 @@ impl RegistersQ {
         let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
         let npu = NpuQMatMul::new(&q, &scale, (m, k, cols), op.group as usize, 3)
             .map_err(|e| e.to_string())?;
-        let plan = npu.plan();
-        // Weights, features, partial outputs, command lists, a page each
-        // of alignment.
-        let bytes = k * cols
-            + m * k
-            + m * cols * 4 * plan.k_blocks() as usize
-            + plan.task_count() as usize * 108 * 8
-            + 4 * 4096;
+        let bytes = npu.device_bytes(PAGE);
         let mut dev = ModelDevice::new(MODEL_BASE, bytes);
         let loaded = npu.load(&mut dev).map_err(|e| e.to_string())?;
         Ok(RegistersQ {

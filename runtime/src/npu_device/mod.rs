@@ -103,7 +103,7 @@ pub struct ModelDevice {
 }
 
 /// Alignment of the model's buffers.
-const PAGE: usize = 4096;
+pub const PAGE: usize = 4096;
 
 impl ModelDevice {
     /// A device with `size` bytes of NPU memory at NPU address `base`.
