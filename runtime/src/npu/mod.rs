@@ -12,8 +12,9 @@
 //! reads the results: per kernel kind in [`qmatmul`] (activations
 //! quantized on the CPU; bit for bit the reference op), [`norm`] (bit for
 //! bit) and [`attention`] (f16 products: within f16 rounding). With
-//! `NpuOps::REGISTERS` (`--backend npu-model`) the W8A8 `qmatmul`s run
-//! through the RK3588's own register interface instead ([`registers`]).
+//! `NpuOps::REGISTERS` (`--backend npu-model`) the W8A8 `qmatmul`s and
+//! `qswiglu`s run through the RK3588's own register interface instead
+//! ([`registers`]).
 
 mod attention;
 mod norm;
@@ -331,7 +332,7 @@ impl NpuSimKernels {
                 }
             }
             tracing::info!(
-                "{} qmatmul node(s) on the RK3588 register-interface model",
+                "{} qmatmul/qswiglu node(s) on the RK3588 register-interface model",
                 npu.len()
             );
             return Ok(NpuSimKernels {

@@ -1,12 +1,15 @@
-//! `qmatmul` nodes through the RK3588's own register interface
-//! (`--backend npu-model`): each W8A8 node's weights tiled and written
-//! once to its own functional-model device ([`crate::npu_qmatmul`]), and
-//! every call run as register-command tasks there, bit for bit the
-//! reference op. A node the interface cannot take yet stays on the CPU,
+//! `qmatmul` and `qswiglu` nodes through the RK3588's own register
+//! interface (`--backend npu-model`): each W8A8 node's weights tiled and
+//! written once to its own functional-model device
+//! ([`crate::npu_qmatmul`]), and every call run as register-command tasks
+//! there, bit for bit the reference op. A `qswiglu` is one product by its
+//! gate and up columns side by side, then `(g · sigmoid(g)) · u` on the
+//! CPU (a column of the product depends only on its own weights). A node the interface cannot take yet stays on the CPU,
 //! with the reason logged.
 
 use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::QActivations;
+use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::{Graph, Module, Op, OpDef};
 
 use super::{fixed_shape, weight_data};
@@ -25,7 +28,11 @@ pub(super) struct RegistersQ {
     loaded: Loaded,
     m: usize,
     k: usize,
+    /// Result columns.
     n: usize,
+    /// A `qswiglu`: the product's first `n` columns are the gate, the
+    /// last `n` the up projection.
+    swiglu: bool,
 }
 
 impl RegistersQ {
@@ -33,23 +40,36 @@ impl RegistersQ {
     /// take it.
     pub(super) fn load(module: &Module, g: &Graph, node: usize) -> Result<RegistersQ, String> {
         let n = &g.nodes[node];
-        let Op::QMatMul(op) = n.op else {
-            return Err(format!(
-                "`{}` has no register-interface kernel yet",
-                n.op.mnemonic()
-            ));
+        let (op, swiglu) = match n.op {
+            Op::QMatMul(op) => (op, false),
+            Op::QSwiGlu(op) => (op.qmatmul(), true),
+            _ => {
+                return Err(format!(
+                    "`{}` has no register-interface kernel yet",
+                    n.op.mnemonic()
+                ))
+            }
         };
         if op.bits != 8 || op.activations != QActivations::Int8 || op.layout != QLayout::RowMajor {
-            return Err("only W8A8 qmatmuls with row-major weights run there".into());
+            return Err("only W8A8 products with row-major weights run there".into());
         }
         let x = fixed_shape(g, n.inputs[0], "activations")?;
         let (&k, rows) = x.split_last().ok_or("rank-0 activations")?;
         let m: usize = rows.iter().product();
-        let q = weight_data(module, g, n.inputs[1])?;
-        let scale = weight_data(module, g, n.inputs[2])?;
-        let cols = q.shape().get(1).copied().ok_or("a weight of rank < 2")?;
-        let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
-        let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
+        // Every weight's columns side by side: a `qswiglu`'s gate then up
+        // (or its fused gate_up weight as it is), one product for all.
+        let mut parts = Vec::new();
+        for pair in n.inputs[1..].chunks(2) {
+            let q = weight_data(module, g, pair[0])?;
+            let scale = weight_data(module, g, pair[1])?;
+            let cols = q.shape().get(1).copied().ok_or("a weight of rank < 2")?;
+            let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
+            let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
+            parts.push((q, scale, cols));
+        }
+        let cols: usize = parts.iter().map(|p| p.2).sum();
+        let q = side_by_side(parts.iter().map(|p| (&p.0[..], p.2)));
+        let scale = side_by_side(parts.iter().map(|p| (&p.1[..], p.2)));
         let npu = NpuQMatMul::new(&q, &scale, (m, k, cols), op.group as usize, 3)
             .map_err(|e| e.to_string())?;
         let bytes = npu.device_bytes(PAGE);
@@ -61,7 +81,8 @@ impl RegistersQ {
             loaded,
             m,
             k,
-            n: cols,
+            n: if swiglu { cols / 2 } else { cols },
+            swiglu,
         })
     }
 
@@ -84,7 +105,29 @@ impl RegistersQ {
             .map_err(|_| KernelError("the NPU model refused a task (see `slmcc npu plan`)"))?;
         // SAFETY: the caller's contract; the result does not alias `y`.
         let out = unsafe { std::slice::from_raw_parts_mut(outs[0] as *mut f32, self.m * self.n) };
-        out.copy_from_slice(&y);
+        if self.swiglu {
+            let n = self.n;
+            for (o, row) in out.chunks_exact_mut(n).zip(y.chunks_exact(2 * n)) {
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = QSwiGlu::gate(row[j], row[n + j]);
+                }
+            }
+        } else {
+            out.copy_from_slice(&y);
+        }
         Ok(SimStats::default())
     }
+}
+
+/// Row-major matrices of the same row count, each given with its column
+/// count, as one matrix with their columns side by side.
+fn side_by_side<'a, T: Copy + 'a>(parts: impl Iterator<Item = (&'a [T], usize)> + Clone) -> Vec<T> {
+    let rows = parts.clone().next().map_or(0, |(m, c)| m.len() / c.max(1));
+    let mut out = Vec::new();
+    for r in 0..rows {
+        for (m, c) in parts.clone() {
+            out.extend_from_slice(&m[r * c..(r + 1) * c]);
+        }
+    }
+    out
 }
