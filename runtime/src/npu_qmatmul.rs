@@ -76,8 +76,13 @@ impl NpuQMatMul {
         group: usize,
         cores: u32,
     ) -> Result<NpuQMatMul, MatmulError> {
+        if group == 0 || !k.is_multiple_of(group) {
+            return Err(MatmulError::GroupDivides {
+                group: group as u32,
+                k: k as u32,
+            });
+        }
         assert_eq!(q.len(), k * n, "weights");
-        assert!(group > 0 && k % group == 0, "group");
         assert_eq!(scale.len(), k / group * n, "scales");
         // Zero channels at the end of each group and zero kernels at the
         // end of N: both add nothing to any sum.

@@ -4,8 +4,8 @@
 //! ([`crate::npu_qmatmul`]), and every call run as register-command tasks
 //! there, bit for bit the reference op. A `qswiglu` is one product by its
 //! gate and up columns side by side, then `(g · sigmoid(g)) · u` on the
-//! CPU (a column of the product depends only on its own weights). A node the interface cannot take yet stays on the CPU,
-//! with the reason logged.
+//! CPU (a column of the product depends only on its own weights). A node
+//! the interface cannot take yet stays on the CPU, with the reason logged.
 
 use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::QActivations;
@@ -21,7 +21,7 @@ use crate::npu_sim::SimStats;
 /// NPU address where each node's model memory starts.
 const MODEL_BASE: u32 = 0x1000_0000;
 
-/// A `qmatmul` node loaded on its model device.
+/// A `qmatmul` or `qswiglu` node loaded on its model device.
 pub(super) struct RegistersQ {
     op: NpuQMatMul,
     dev: ModelDevice,

@@ -122,6 +122,8 @@ pub enum MatmulError {
     KAlign { k: u32, align: u32 },
     #[error("the group {group} is not a multiple of {align} that divides K = {k}")]
     Group { group: u32, k: u32, align: u32 },
+    #[error("the group {group} does not divide K = {k}")]
+    GroupDivides { group: u32, k: u32 },
     #[error("N = {n} is not a multiple of {align} (the kernel block of the weight layout)")]
     NAlign { n: u32, align: u32 },
     #[error(
