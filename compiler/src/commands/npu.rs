@@ -86,7 +86,7 @@ fn plan(args: NpuPlanArgs) -> CmdResult {
     let plan =
         TilePlan::new(precision, (a.m, a.k, a.n), group, target.cores).with_context(|| {
             format!(
-                "{} matmul M={} K={} N={} in K blocks of {group}",
+                "{} matmul M={} K={} N={} in groups of {group}",
                 precision.name(),
                 a.m,
                 a.k,
