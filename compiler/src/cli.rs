@@ -62,6 +62,9 @@ pub enum BackendArg {
     /// The W8A8 qmatmuls through the RK3588's own register interface on
     /// its functional model (docs/NPU.md), the rest on cpu.
     NpuModel,
+    /// As npu-model, on the board's NPU through the `rocket` driver
+    /// (/dev/accel); on cpu when there is none or a task fails, said once.
+    Npu,
 }
 
 impl BackendArg {
@@ -74,6 +77,7 @@ impl BackendArg {
             BackendArg::NpuSim => "npu-sim",
             BackendArg::NpuSimExact => "npu-sim-exact",
             BackendArg::NpuModel => "npu-model",
+            BackendArg::Npu => "npu",
         }
     }
 }

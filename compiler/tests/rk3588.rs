@@ -187,7 +187,8 @@ fn a_cpu_report_has_no_npu_programs() {
 /// `--backend npu-model`: the W8A8 qmatmuls and qswiglus as tasks of the
 /// RK3588's own register interface on its functional model, the rest on
 /// the CPU. The same logits and tokens as the cpu kernels (both bit-exact
-/// with the ops), and the log says how many nodes ran there.
+/// with the ops), and the log says how many nodes ran there. `--backend
+/// npu` without a device runs them on the CPU and says so once.
 #[test]
 fn npu_model_runs_the_qmatmuls_through_the_register_interface() {
     let dir = tmpdir("npu-model");
@@ -249,6 +250,13 @@ fn npu_model_runs_the_qmatmuls_through_the_register_interface() {
             .to_string()
         };
         assert_eq!(generate("npu-model"), generate("cpu"), "{model}");
+        // `npu`: the board's NPU. Where there is none (no /dev/accel here),
+        // the CPU kernels, said once.
+        if !std::path::Path::new("/dev/accel").exists() {
+            let (board, log) = run("npu");
+            assert_eq!(board, cpu, "{model}");
+            assert_eq!(log.matches("no NPU device").count(), 1, "{model}: {log}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -83,6 +83,10 @@ pub struct NpuOps {
     /// interface on its functional model (`docs/NPU.md`) instead of our
     /// modelled ISA. Placement does not read it.
     pub registers: bool,
+    /// With `registers`: on the board's NPU through its driver instead of
+    /// the functional model, and on the CPU when there is none or a task
+    /// fails. Placement does not read it.
+    pub device: bool,
 }
 
 impl NpuOps {
@@ -91,6 +95,7 @@ impl NpuOps {
         norms: true,
         attention: true,
         registers: false,
+        device: false,
     };
     /// The bit-exact kernels only (attention on the CPU).
     pub const EXACT: NpuOps = NpuOps {
@@ -104,6 +109,12 @@ impl NpuOps {
         norms: false,
         attention: false,
         registers: true,
+        device: false,
+    };
+    /// [`NpuOps::REGISTERS`] on the board's NPU.
+    pub const DEVICE: NpuOps = NpuOps {
+        device: true,
+        ..NpuOps::REGISTERS
     };
 }
 

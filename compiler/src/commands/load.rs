@@ -35,7 +35,8 @@ pub enum Backend {
     /// kernels bit-exact with their ops, attention on the CPU) run their
     /// NPU kernels on the simulator, the rest on the cpu backend as above;
     /// for `npu-model` the W8A8 `qmatmul`s run through the register
-    /// interface on its functional model.
+    /// interface on its functional model, for `npu` on the board's NPU
+    /// (the CPU when there is none).
     NpuSim(NpuOps),
 }
 
@@ -47,6 +48,7 @@ impl From<BackendArg> for Backend {
             BackendArg::NpuSim => Backend::NpuSim(NpuOps::ALL),
             BackendArg::NpuSimExact => Backend::NpuSim(NpuOps::EXACT),
             BackendArg::NpuModel => Backend::NpuSim(NpuOps::REGISTERS),
+            BackendArg::Npu => Backend::NpuSim(NpuOps::DEVICE),
         }
     }
 }

@@ -14,16 +14,19 @@
 //! bit) and [`attention`] (f16 products: within f16 rounding). With
 //! `NpuOps::REGISTERS` (`--backend npu-model`) the W8A8 `qmatmul`s and
 //! `qswiglu`s run through the RK3588's own register interface instead
-//! ([`registers`]).
+//! ([`registers`]), on the functional model, or with `NpuOps::DEVICE`
+//! (`--backend npu`) on the board's NPU, falling back to the CPU kernels
+//! when there is none or a call fails (said once).
 
 mod attention;
 mod norm;
 mod qmatmul;
 mod registers;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use slmcc_backends::npu::kernels::attention::{AttentionLayout, AttentionPlan};
 use slmcc_backends::npu::kernels::qmatmul::QMatmulLayout;
@@ -35,6 +38,8 @@ use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
+use crate::npu_device::rocket::RocketDevice;
+use crate::npu_device::NpuDevice;
 use crate::npu_sim::{NpuSim, SimStats};
 
 /// What an NPU node's program was planned from.
@@ -292,12 +297,18 @@ impl LoadedNode {
     }
 }
 
+/// Whether the missing NPU device was reported (once per process).
+static NO_DEVICE_SAID: AtomicBool = AtomicBool::new(false);
+
 /// A graph's kernels for the executor: the NPU nodes on the simulator, the
 /// rest on the CPU kernels given (the JIT's, or a package's object).
 pub struct NpuSimKernels {
     cpu: Box<dyn KernelSet>,
     npu: HashMap<usize, Rc<RefCell<LoadedNode>>>,
     records: NpuRecords,
+    /// On a board's device: set once an NPU call failed, after which the
+    /// NPU nodes run their CPU kernels.
+    npu_failed: Option<Rc<Cell<bool>>>,
 }
 
 impl NpuSimKernels {
@@ -319,27 +330,7 @@ impl NpuSimKernels {
     ) -> Result<NpuSimKernels, String> {
         let mut npu = HashMap::new();
         if ops.registers {
-            for (i, _) in place_with(graph, ops)
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.device == Device::Npu)
-            {
-                match registers::RegistersQ::load(module, graph, i) {
-                    Ok(l) => {
-                        npu.insert(i, Rc::new(RefCell::new(LoadedNode::Registers(Box::new(l)))));
-                    }
-                    Err(e) => tracing::info!("node {} stays on the CPU: {e}", node_label(graph, i)),
-                }
-            }
-            tracing::info!(
-                "{} qmatmul/qswiglu node(s) on the RK3588 register-interface model",
-                npu.len()
-            );
-            return Ok(NpuSimKernels {
-                cpu,
-                npu,
-                records: NpuRecords::default(),
-            });
+            return Self::on_registers(module, graph, cpu, ops);
         }
         let nodes = plan_graph_with(graph, target, ops)?;
         for mut node in nodes {
@@ -360,7 +351,63 @@ impl NpuSimKernels {
             cpu,
             npu,
             records: NpuRecords::default(),
+            npu_failed: None,
         })
+    }
+
+    /// The `qmatmul`/`qswiglu` nodes the register interface takes, on the
+    /// functional model (one device each) or, with `ops.device`, on the
+    /// board's NPU (one shared device); the rest on `cpu`. Without a
+    /// device everything runs on `cpu`, and that is said once.
+    fn on_registers(
+        module: &Module,
+        graph: &Graph,
+        cpu: Box<dyn KernelSet>,
+        ops: NpuOps,
+    ) -> Result<NpuSimKernels, String> {
+        let mut kernels = NpuSimKernels {
+            cpu,
+            npu: HashMap::new(),
+            records: NpuRecords::default(),
+            npu_failed: None,
+        };
+        let shared: Option<Rc<RefCell<dyn NpuDevice>>> = if ops.device {
+            match RocketDevice::open() {
+                Ok(d) => Some(Rc::new(RefCell::new(d))),
+                Err(e) => {
+                    // Every bucket graph loads its own kernels: said once.
+                    if !NO_DEVICE_SAID.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("{e}; the quantized products run on the CPU");
+                    }
+                    return Ok(kernels);
+                }
+            }
+        } else {
+            None
+        };
+        for (i, _) in place_with(graph, ops)
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.device == Device::Npu)
+        {
+            match registers::RegistersQ::load(module, graph, i, shared.as_ref()) {
+                Ok(l) => {
+                    let node = LoadedNode::Registers(Box::new(l));
+                    kernels.npu.insert(i, Rc::new(RefCell::new(node)));
+                }
+                Err(e) => tracing::info!("node {} stays on the CPU: {e}", node_label(graph, i)),
+            }
+        }
+        let on = if ops.device {
+            "the board's NPU"
+        } else {
+            "the RK3588 register-interface model"
+        };
+        tracing::info!("{} qmatmul/qswiglu node(s) on {on}", kernels.npu.len());
+        if ops.device {
+            kernels.npu_failed = Some(Rc::new(Cell::new(false)));
+        }
+        Ok(kernels)
     }
 
     /// The simulator's counts per NPU node, updated by every call.
@@ -383,7 +430,16 @@ impl KernelSet for NpuSimKernels {
                 .collect()
         };
         let (want_in, want_out) = (planned(&n.inputs), planned(&n.outputs));
+        let fallback = match &self.npu_failed {
+            Some(failed) => Some((self.cpu.kernel(graph, node)?, failed.clone())),
+            None => None,
+        };
         Ok(Box::new(move |args: &KernelArgs<'_>| {
+            if let Some((cpu, failed)) = &fallback {
+                if failed.get() {
+                    return cpu(args);
+                }
+            }
             let got = |ts: &[crate::exec::TensorRef]| -> Vec<Option<usize>> {
                 ts.iter().map(|t| Some(t.elements())).collect()
             };
@@ -396,7 +452,19 @@ impl KernelSet for NpuSimKernels {
             let outs: Vec<*mut u8> = args.outputs.iter().map(|t| t.ptr).collect();
             // SAFETY: the executor passes valid, 64-byte aligned buffers of
             // the node's static shapes (checked above).
-            unsafe { loaded.borrow_mut().call_raw(node, &ins, &outs, &records) }
+            let done = unsafe { loaded.borrow_mut().call_raw(node, &ins, &outs, &records) };
+            match (done, &fallback) {
+                (Err(e), Some((cpu, failed))) => {
+                    if !failed.replace(true) {
+                        tracing::warn!(
+                            "{}; the quantized products run on the CPU from now on",
+                            e.0
+                        );
+                    }
+                    cpu(args)
+                }
+                (done, _) => done,
+            }
         }))
     }
 }

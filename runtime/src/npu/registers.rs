@@ -14,7 +14,10 @@ use slmcc_ir::{Graph, Module, Op, OpDef};
 
 use super::{fixed_shape, weight_data};
 use crate::exec::KernelError;
-use crate::npu_device::{ModelDevice, PAGE};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::npu_device::{ModelDevice, NpuDevice, PAGE};
 use crate::npu_qmatmul::{Loaded, NpuQMatMul};
 use crate::npu_sim::SimStats;
 
@@ -24,7 +27,7 @@ const MODEL_BASE: u32 = 0x1000_0000;
 /// A `qmatmul` or `qswiglu` node loaded on its model device.
 pub(super) struct RegistersQ {
     op: NpuQMatMul,
-    dev: ModelDevice,
+    dev: Rc<RefCell<dyn NpuDevice>>,
     loaded: Loaded,
     m: usize,
     k: usize,
@@ -36,9 +39,15 @@ pub(super) struct RegistersQ {
 }
 
 impl RegistersQ {
-    /// Loads node `node` of `g`, or says why the register interface cannot
-    /// take it.
-    pub(super) fn load(module: &Module, g: &Graph, node: usize) -> Result<RegistersQ, String> {
+    /// Loads node `node` of `g` on `shared` (the board's device), or on a
+    /// functional model of its own; or says why the register interface
+    /// cannot take it.
+    pub(super) fn load(
+        module: &Module,
+        g: &Graph,
+        node: usize,
+        shared: Option<&Rc<RefCell<dyn NpuDevice>>>,
+    ) -> Result<RegistersQ, String> {
         let n = &g.nodes[node];
         let (op, swiglu) = match n.op {
             Op::QMatMul(op) => (op, false),
@@ -72,9 +81,16 @@ impl RegistersQ {
         let scale = side_by_side(parts.iter().map(|p| (&p.1[..], p.2)));
         let npu = NpuQMatMul::new(&q, &scale, (m, k, cols), op.group as usize, 3)
             .map_err(|e| e.to_string())?;
-        let bytes = npu.device_bytes(PAGE);
-        let mut dev = ModelDevice::new(MODEL_BASE, bytes);
-        let loaded = npu.load(&mut dev).map_err(|e| e.to_string())?;
+        let dev: Rc<RefCell<dyn NpuDevice>> = match shared {
+            Some(d) => d.clone(),
+            None => Rc::new(RefCell::new(ModelDevice::new(
+                MODEL_BASE,
+                npu.device_bytes(PAGE),
+            ))),
+        };
+        let loaded = npu
+            .load(&mut *dev.borrow_mut())
+            .map_err(|e| e.to_string())?;
         Ok(RegistersQ {
             op: npu,
             dev,
@@ -101,8 +117,11 @@ impl RegistersQ {
         let x = unsafe { std::slice::from_raw_parts(ins[0] as *const f32, self.m * self.k) };
         let y = self
             .op
-            .run(&mut self.dev, &self.loaded, x, self.m)
-            .map_err(|_| KernelError("the NPU model refused a task (see `slmcc npu plan`)"))?;
+            .run(&mut *self.dev.borrow_mut(), &self.loaded, x, self.m)
+            .map_err(|e| {
+                tracing::debug!("NPU task failed: {e}");
+                KernelError("an NPU task failed (SLMCC_LOG=debug says why)")
+            })?;
         // SAFETY: the caller's contract; the result does not alias `y`.
         let out = unsafe { std::slice::from_raw_parts_mut(outs[0] as *mut f32, self.m * self.n) };
         if self.swiglu {
