@@ -62,6 +62,11 @@ fn check_int8(m: usize, k: usize, n: usize, rng: &mut Rng) {
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     let c = unpack_cube(&cube, m, n, c2);
+    assert_int8_matmul(&c, a.as_slice(), b.as_slice(), (m, k, n));
+}
+
+/// `c` is the plain int8 matmul of row-major `a: [M, K]` by `b: [K, N]`.
+fn assert_int8_matmul(c: &[i32], a: &[i8], b: &[i8], (m, k, n): (usize, usize, usize)) {
     for i in 0..m {
         for j in 0..n {
             let want: i32 = (0..k)
@@ -248,14 +253,7 @@ fn the_device_trait_submits_to_the_model() {
     let mut dev = ModelDevice::new(0x2000_0000, 1 << 20);
     assert_eq!(dev.name(), "model");
     let c = matmul_on(&mut dev, &a, &b, m, k, n);
-    for i in 0..m {
-        for j in 0..n {
-            let want: i32 = (0..k)
-                .map(|kk| i32::from(a[i * k + kk]) * i32::from(b[kk * n + j]))
-                .sum();
-            assert_eq!(c[i * n + j], want, "C[{i}][{j}]");
-        }
-    }
+    assert_int8_matmul(&c, &a, &b, (m, k, n));
 
     // Out of a buffer, an unknown buffer, a list outside NPU memory, too
     // much memory: each refused with its reason.

@@ -95,12 +95,7 @@ fn plan(args: NpuPlanArgs) -> CmdResult {
         })?;
     let est = plan.estimate(&target);
     let per_core: Vec<String> = plan.tiles().iter().map(|t| t.len().to_string()).collect();
-    let (slowest, _) = est
-        .per_core
-        .iter()
-        .enumerate()
-        .max_by(|x, y| (x.1 .0 + x.1 .1 + x.1 .2).total_cmp(&(y.1 .0 + y.1 .1 + y.1 .2)))
-        .unwrap_or((0, &(0.0, 0.0, 0.0)));
+    let slowest = est.slowest;
     let (setup, ddr, macs) = est.per_core.get(slowest).copied().unwrap_or_default();
     let ms = |s: f64| format!("{:.3} ms", s * 1e3);
     println!(

@@ -175,6 +175,25 @@ fn weight_data(
         .ok_or_else(|| format!("weight @{name} has no data"))
 }
 
+/// A quantized product node's weights (operands after the activations,
+/// in `q`, `scale` pairs): each as int8 values, f32 scales and its column
+/// count.
+type QWeights = Vec<(Vec<i8>, Vec<f32>, usize)>;
+
+fn quantized_weights(module: &Module, g: &Graph, node: usize) -> Result<QWeights, String> {
+    g.nodes[node].inputs[1..]
+        .chunks(2)
+        .map(|pair| {
+            let q = weight_data(module, g, pair[0])?;
+            let scale = weight_data(module, g, pair[1])?;
+            let cols = q.shape().get(1).copied().ok_or("a weight of rank < 2")?;
+            let values = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
+            let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
+            Ok((values, scale, cols))
+        })
+        .collect()
+}
+
 /// `len` f32 values at `p`.
 ///
 /// # Safety

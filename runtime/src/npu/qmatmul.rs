@@ -17,7 +17,7 @@ use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::QActivations;
 use slmcc_ir::{Graph, Module, Op, OpDef};
 
-use super::{fixed_shape, run_program, weight_data, NpuKernel};
+use super::{fixed_shape, quantized_weights, run_program, NpuKernel};
 use crate::exec::KernelError;
 use crate::npu_sim::{NpuSim, SimStats};
 
@@ -100,24 +100,17 @@ impl LoadedQ {
         target: &Target,
     ) -> Result<LoadedQ, String> {
         let n = &g.nodes[node];
-        let mut weights = Vec::new();
-        for pair in n.inputs[1..].chunks(2) {
-            let q = weight_data(module, g, pair[0])?;
-            let scale = weight_data(module, g, pair[1])?;
-            let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
-            let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
-            weights.push((q, scale));
-        }
+        let weights = quantized_weights(module, g, node)?;
         let consts = match (n.op.mnemonic(), &weights[..]) {
-            ("qswiglu", [(gq, gs), (uq, us)]) => pack_qswiglu(&plan, gq, gs, uq, us),
-            ("qswiglu", [(q, s)]) => {
+            ("qswiglu", [(gq, gs, _), (uq, us, _)]) => pack_qswiglu(&plan, gq, gs, uq, us),
+            ("qswiglu", [(q, s, _)]) => {
                 // The fused gate_up weight: gate is the first half of the columns.
                 let half = plan.problem.n as usize;
                 let (gq, uq) = split_columns(q, half);
                 let (gs, us) = split_columns(s, half);
                 pack_qswiglu(&plan, &gq, &gs, &uq, &us)
             }
-            (_, [(q, s)]) => pack_qmatmul(&plan, q, s),
+            (_, [(q, s, _)]) => pack_qmatmul(&plan, q, s),
             _ => return Err(format!("{} weight operands", weights.len())),
         }
         .map_err(|e| e.to_string())?;

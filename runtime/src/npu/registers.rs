@@ -12,7 +12,7 @@ use slmcc_ir::ops::qmatmul::QActivations;
 use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::{Graph, Module, Op, OpDef};
 
-use super::{fixed_shape, weight_data};
+use super::{fixed_shape, quantized_weights};
 use crate::exec::KernelError;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -67,15 +67,7 @@ impl RegistersQ {
         let m: usize = rows.iter().product();
         // Every weight's columns side by side: a `qswiglu`'s gate then up
         // (or its fused gate_up weight as it is), one product for all.
-        let mut parts = Vec::new();
-        for pair in n.inputs[1..].chunks(2) {
-            let q = weight_data(module, g, pair[0])?;
-            let scale = weight_data(module, g, pair[1])?;
-            let cols = q.shape().get(1).copied().ok_or("a weight of rank < 2")?;
-            let q: Vec<i8> = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
-            let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
-            parts.push((q, scale, cols));
-        }
+        let parts = quantized_weights(module, g, node)?;
         let cols: usize = parts.iter().map(|p| p.2).sum();
         let q = side_by_side(parts.iter().map(|p| (&p.0[..], p.2)));
         let scale = side_by_side(parts.iter().map(|p| (&p.1[..], p.2)));

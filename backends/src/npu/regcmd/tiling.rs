@@ -228,6 +228,8 @@ pub struct TileEstimate {
     pub tasks: u64,
     /// The slowest core's time.
     pub seconds: f64,
+    /// The slowest core.
+    pub slowest: usize,
     /// Per core: (setup, DDR transfers, MACs) seconds.
     pub per_core: Vec<(f64, f64, f64)>,
 }
@@ -269,13 +271,14 @@ impl TilePlan {
                 })
             })
             .collect();
-        let seconds = per_core
-            .iter()
-            .map(|(s, d, m)| s + d + m)
-            .fold(0.0, f64::max);
+        let (slowest, seconds) = per_core.iter().map(|(s, d, m)| s + d + m).enumerate().fold(
+            (0, 0.0),
+            |best, (i, t)| if t > best.1 { (i, t) } else { best },
+        );
         TileEstimate {
             tasks: self.task_count(),
             seconds,
+            slowest,
             per_core,
         }
     }
