@@ -1,25 +1,31 @@
 //! The estimated time of a bucket graph on the modelled RK3588 board: an
 //! estimate of our models, never a measurement.
 //!
-//! NPU nodes (the `partition` pass's placement) are timed by the
-//! simulator's timing model ([`NpuSim::time`]: the program's cycles, DDR
-//! bytes and MACs exactly as a full simulation counts them, without
-//! computing data), plus the per-token activation quantization that runs on
-//! the CPU before each of them. CPU nodes are timed by a roofline of the
-//! board's Cortex-A76 cores ([`BoardCpu`]): the larger of their arithmetic
-//! at a fixed fraction of the cores' peak and their bytes at the CPU's DDR
-//! bandwidth, plus a fixed overhead per kernel. Nodes run one after the
-//! other (the CPU and the NPU do not overlap). The constants are documented
-//! in `docs/NPU_ISA.md` ("Estimates").
+//! The NPU takes what the RK3588's register interface runs
+//! (`docs/NPU.md`): the W8A8 `qmatmul` and `qswiglu` nodes
+//! ([`register_product`]). Their integer products are timed by the tile
+//! model of the register interface ([`TilePlan::estimate`]: per task a
+//! setup, the CBUF fill and drain at the DDR bandwidth, the MACs at the
+//! core's rate; the slowest core sets the time). The CPU's part of such a
+//! node is added to it: quantizing the activations into feature cubes,
+//! adding up the K blocks' partial sums, the scales, and a `qswiglu`'s
+//! SiLU·up. Every other node, 4-bit products included, runs on the CPU,
+//! timed by a roofline of the board's Cortex-A76 cores ([`BoardCpu`]):
+//! the larger of their arithmetic at a fixed fraction of the cores' peak
+//! and their bytes at the CPU's DDR bandwidth, plus a fixed overhead per
+//! kernel. Nodes run one after the other (the CPU and the NPU do not
+//! overlap).
 
 use std::collections::HashMap;
 
+use slmcc_backends::npu::regcmd::tiling::TilePlan;
 use slmcc_backends::npu::Target;
-use slmcc_ir::placement::{macs, place, Device};
+use slmcc_ir::placement::{macs, Device};
+use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Op, OpDef};
 
-use crate::npu::plan_node_keys;
-use crate::npu_sim::{npu_utilisation, NpuSim};
+use crate::npu::{register_product, RegisterProduct};
+use crate::npu_qmatmul::NpuQMatMul;
 
 /// The board's CPU side, as the estimate models it.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,9 +72,11 @@ pub struct NodeEstimate {
     pub device: Device,
     /// Operand and result shapes, for grouping (`1x64x1536 · 1536x8960`).
     pub shape: String,
+    /// The node's whole time (an NPU node's CPU part included).
     pub seconds: f64,
-    /// NPU: the simulator's cycles.
-    pub cycles: u64,
+    /// NPU nodes: the time of the NPU's tasks alone, and their count.
+    pub npu_seconds: f64,
+    pub tasks: u64,
     pub ddr_bytes: u64,
     /// Multiply-accumulates (matmul-like nodes).
     pub macs: u64,
@@ -96,16 +104,17 @@ impl GraphEstimate {
         self.nodes.iter().map(|n| n.seconds).sum()
     }
 
-    /// NPU MAC utilisation over the NPU nodes' cycles.
+    /// NPU MAC utilisation over the NPU tasks' time.
     pub fn npu_utilisation(&self, t: &Target) -> f64 {
         let npu = || self.nodes.iter().filter(|n| n.device == Device::Npu);
-        let cycles: u64 = npu().map(|n| n.cycles).sum();
+        let seconds: f64 = npu().map(|n| n.npu_seconds).sum();
         let macs: u64 = npu().map(|n| n.macs).sum();
-        npu_utilisation(t, macs, cycles)
+        npu_utilisation(t, macs, seconds)
     }
 
-    /// Nodes grouped by device, op and shapes, in first-seen order:
-    /// `(first node, count, summed seconds, cycles, DDR bytes, MACs)`.
+    /// Nodes grouped by device, op and shapes, in first-seen order: the
+    /// first node with the group's times, tasks, DDR bytes and MACs
+    /// summed, and the count.
     pub fn grouped(&self) -> Vec<(NodeEstimate, usize)> {
         let mut order: Vec<(NodeEstimate, usize)> = Vec::new();
         let mut at: HashMap<(Device, &str, &str), usize> = HashMap::new();
@@ -114,7 +123,8 @@ impl GraphEstimate {
                 Some(&i) => {
                     let (g, count) = &mut order[i];
                     g.seconds += n.seconds;
-                    g.cycles += n.cycles;
+                    g.npu_seconds += n.npu_seconds;
+                    g.tasks += n.tasks;
                     g.ddr_bytes += n.ddr_bytes;
                     g.macs += n.macs;
                     *count += 1;
@@ -222,6 +232,48 @@ fn cpu_work(g: &Graph, i: usize, o: &EstimateOptions) -> (f64, f64) {
     (flops, bytes)
 }
 
+/// The fraction of the NPU's peak (all cores' MACs per cycle) that `macs`
+/// in `seconds` reach.
+pub fn npu_utilisation(t: &Target, macs: u64, seconds: f64) -> f64 {
+    let peak = f64::from(t.cores) * f64::from(t.macs_per_cycle) * t.clock_hz as f64;
+    if seconds > 0.0 {
+        macs as f64 / (seconds * peak)
+    } else {
+        0.0
+    }
+}
+
+/// The estimate of a product on the register interface: its NPU tasks,
+/// and the CPU's work around them (see the module docs), as
+/// `(plan, NPU estimate seconds, CPU FLOPs, CPU bytes)`.
+fn register_work(
+    p: &RegisterProduct,
+    target: &Target,
+) -> Result<(TilePlan, f64, f64, f64), String> {
+    let plan = NpuQMatMul::plan_for((p.m, p.k, p.cols), p.group, target.cores)
+        .map_err(|e| e.to_string())?;
+    let npu = plan.estimate(target).seconds;
+    let (m, k) = (p.m as f64, p.k as f64);
+    let (n, blocks, groups) = (
+        f64::from(plan.n),
+        f64::from(plan.k_blocks()),
+        (p.k / p.group) as f64,
+    );
+    // Quantizing: about 4 FLOPs per element (min/max, scale, round), the
+    // f32 read and the INT8 feature cube written.
+    let mut flops = 4.0 * m * k;
+    let mut bytes = 5.0 * m * k;
+    // The K blocks' int32 partials read and added; per group the zero
+    // point's correction and the scale (colsums and scales read); f32 out.
+    flops += m * n * (blocks + 3.0 * groups);
+    bytes += 4.0 * m * n * blocks + 8.0 * groups * n + 4.0 * m * p.cols as f64;
+    if p.swiglu {
+        // (g · sigmoid(g)) · u: about 8 FLOPs per output.
+        flops += 4.0 * m * p.cols as f64;
+    }
+    Ok((plan, npu, flops, bytes))
+}
+
 /// The estimate of `g` (a bucket graph: static shapes).
 pub fn estimate_graph(
     g: &Graph,
@@ -229,10 +281,8 @@ pub fn estimate_graph(
     cpu: &BoardCpu,
     o: &EstimateOptions,
 ) -> Result<GraphEstimate, String> {
-    let placement = place(g);
     let mut nodes = Vec::with_capacity(g.nodes.len());
-    for (i, p) in placement.iter().enumerate() {
-        let node = &g.nodes[i];
+    for (i, node) in g.nodes.iter().enumerate() {
         let op = node.op.mnemonic();
         let shape = shape_text(g, i);
         // Constants are in the package; views of a buffer copy nothing
@@ -244,37 +294,27 @@ pub fn estimate_graph(
         if free {
             continue;
         }
-        match p.device {
-            Device::Npu => {
-                // Attention over a cache reads the filled slots only (the
-                // runtime runs the program for the key tiles its mask keeps).
-                let keys = (matches!(node.op, Op::Attention(_)) && node.inputs.len() > 3)
-                    .then_some(o.context);
-                let k = plan_node_keys(g, i, target, keys)?;
-                let stats = NpuSim::time(target, &k.program).map_err(|e| e.to_string())?;
-                let npu = stats.cycles as f64 / target.clock_hz as f64;
-                // A quantized matmul's activations are quantized on the CPU
-                // first: f32 in, INT8 and the row records out. About 4 FLOPs
-                // per element (min/max, scale, round), and the f32 read plus
-                // the INT8 write: 1.25 × the f32 bytes.
-                let quantize = if matches!(node.op, Op::QMatMul(_) | Op::QSwiGlu(_)) {
-                    let x = bytes_of(g, node.inputs[0]) as f64;
-                    cpu.seconds(x, x * 1.25)
-                } else {
-                    0.0
-                };
+        let npu = match node.op {
+            Op::QMatMul(_) | Op::QSwiGlu(_) => register_product(g, i).ok(),
+            _ => None,
+        };
+        match npu {
+            Some(p) => {
+                let (plan, npu, flops, bytes) =
+                    register_work(&p, target).map_err(|e| format!("{}: {e}", node_label(g, i)))?;
                 nodes.push(NodeEstimate {
                     node: i,
                     op,
                     device: Device::Npu,
                     shape,
-                    seconds: npu + quantize,
-                    cycles: stats.cycles,
-                    ddr_bytes: stats.ddr_bytes_read + stats.ddr_bytes_written,
-                    macs: stats.macs,
+                    seconds: npu + cpu.seconds(flops, bytes),
+                    npu_seconds: npu,
+                    tasks: plan.task_count(),
+                    ddr_bytes: plan.ddr_bytes() + bytes as u64,
+                    macs: macs(g, i),
                 });
             }
-            Device::Cpu => {
+            None => {
                 let (flops, bytes) = cpu_work(g, i, o);
                 nodes.push(NodeEstimate {
                     node: i,
@@ -282,7 +322,8 @@ pub fn estimate_graph(
                     device: Device::Cpu,
                     shape,
                     seconds: cpu.seconds(flops, bytes),
-                    cycles: 0,
+                    npu_seconds: 0.0,
+                    tasks: 0,
                     ddr_bytes: bytes as u64,
                     macs: macs(g, i),
                 });
@@ -293,4 +334,45 @@ pub fn estimate_graph(
         graph: g.name.clone(),
         nodes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slmcc_ir::text::parse_module;
+
+    const SRC: &str = "module @m {
+  weight @w8 : i8[64, 48]
+  weight @s8 : f32[1, 48]
+  weight @w4 : i4[48, 32]
+  weight @s4 : f32[3, 32]
+
+  graph @main(%x: f32[1, 5, 64]) -> (f32[1, 5, 32]) {
+    %h = qmatmul %x, @w8, @s8 {bits = 8, group = 64} : f32[1, 5, 48]
+    %r = sigmoid %h : f32[1, 5, 48]
+    %y = qmatmul %r, @w4, @s4 {bits = 4, group = 16} : f32[1, 5, 32]
+    return %y
+  }
+}
+";
+
+    /// The W8A8 product is timed as the register interface's tasks plus
+    /// its CPU part; the 4-bit one and the element-wise op on the CPU.
+    #[test]
+    fn w8a8_products_on_the_register_interface_the_rest_on_the_cpu() {
+        let m = parse_module(SRC).unwrap();
+        let (t, cpu) = (Target::rk3588(), BoardCpu::rk3588());
+        let e = estimate_graph(&m.graphs[0], &t, &cpu, &EstimateOptions { context: 5 }).unwrap();
+        let devices: Vec<Device> = e.nodes.iter().map(|n| n.device).collect();
+        assert_eq!(devices, [Device::Npu, Device::Cpu, Device::Cpu]);
+        let plan = NpuQMatMul::plan_for((5, 64, 48), 64, t.cores).unwrap();
+        let npu = &e.nodes[0];
+        assert_eq!(npu.tasks, plan.task_count());
+        assert_eq!(npu.npu_seconds, plan.estimate(&t).seconds);
+        assert!(npu.seconds > npu.npu_seconds, "the CPU part is added");
+        assert_eq!(npu.macs, 5 * 64 * 48);
+        assert_eq!(e.nodes[2].tasks, 0);
+        let util = e.npu_utilisation(&t);
+        assert!(util > 0.0 && util < 1.0, "{util}");
+    }
 }

@@ -76,12 +76,7 @@ impl NpuQMatMul {
         group: usize,
         cores: u32,
     ) -> Result<NpuQMatMul, MatmulError> {
-        if group == 0 || !k.is_multiple_of(group) {
-            return Err(MatmulError::GroupDivides {
-                group: group as u32,
-                k: k as u32,
-            });
-        }
+        let plan = NpuQMatMul::plan_for((m, k, n), group, cores)?;
         assert_eq!(q.len(), k * n, "weights");
         assert_eq!(scale.len(), k / group * n, "scales");
         // Zero channels at the end of each group and zero kernels at the
@@ -96,12 +91,6 @@ impl NpuQMatMul {
             qp[row * np..row * np + n].copy_from_slice(&q[kk * n..(kk + 1) * n]);
         }
         let (q, k, n) = (&qp[..], kp, np);
-        let plan = TilePlan::new(
-            MatmulPrecision::Int8,
-            (m as u32, k as u32, n as u32),
-            padded_group as u32,
-            cores,
-        )?;
         let kt = plan.kt as usize;
         let kb_count = k / kt;
         let mut weights = Vec::with_capacity(k * n);
@@ -140,6 +129,32 @@ impl NpuQMatMul {
             colsums,
             scale: scale_p,
         })
+    }
+
+    /// The tile plan [`NpuQMatMul::new`] makes for a `(m, k, n)` product
+    /// in groups of `group` over `cores` cores: each group padded to a
+    /// multiple of 32 channels and N to a multiple of 16 kernels, and K
+    /// blocks within a padded group. What the estimates time.
+    pub fn plan_for(
+        (m, k, n): (usize, usize, usize),
+        group: usize,
+        cores: u32,
+    ) -> Result<TilePlan, MatmulError> {
+        if group == 0 || !k.is_multiple_of(group) {
+            return Err(MatmulError::GroupDivides {
+                group: group as u32,
+                k: k as u32,
+            });
+        }
+        let padded_group = group.next_multiple_of(K_ALIGN as usize);
+        let kp = k / group * padded_group;
+        let np = n.next_multiple_of(N_ALIGN as usize);
+        TilePlan::new(
+            MatmulPrecision::Int8,
+            (m as u32, kp as u32, np as u32),
+            padded_group as u32,
+            cores,
+        )
     }
 
     pub fn plan(&self) -> &TilePlan {

@@ -1,6 +1,8 @@
 //! The rk3588 part of `slmcc report`: per bucket, the estimated time of
-//! each kernel (grouped by op and shapes), the CPU/NPU split and NPU MAC
-//! utilisation, then the estimated time to first token and decode rate;
+//! each kernel (grouped by op and shapes; the NPU's W8A8 products through
+//! its register interface, with their task counts), the CPU/NPU split and
+//! NPU MAC utilisation, then the estimated time to first token and decode
+//! rate;
 //! with `--asm`, the disassembly of every NPU program (encoded and decoded
 //! again, so it shows what the binary form holds).
 //!
@@ -13,9 +15,10 @@ use slmcc_backends::npu::encode::{disassemble, encode_stream};
 use slmcc_backends::npu::Target;
 use slmcc_ir::placement::Device;
 use slmcc_ir::{Module, OpDef};
-use slmcc_runtime::estimate::{estimate_graph, BoardCpu, EstimateOptions, GraphEstimate};
+use slmcc_runtime::estimate::{
+    estimate_graph, npu_utilisation, BoardCpu, EstimateOptions, GraphEstimate,
+};
 use slmcc_runtime::npu::plan_graph;
-use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::Package;
 
 /// The bucket graphs of `m` with their sizes, smallest first.
@@ -33,14 +36,14 @@ fn table(e: &GraphEstimate, out: &mut String) {
     let _ = writeln!(
         out,
         "    {:<4} {:<14} {:>5} {:>10} {:>12} {:>10} {:>6}  shapes",
-        "dev", "op", "count", "ms", "npu cycles", "DDR MB", "util"
+        "dev", "op", "count", "ms", "npu tasks", "DDR MB", "util"
     );
     let t = Target::rk3588();
     let mut groups = e.grouped();
     groups.sort_by(|a, b| b.0.seconds.total_cmp(&a.0.seconds));
     for (g, count) in groups {
-        let util = if g.device == Device::Npu && g.cycles > 0 {
-            format!("{:.0}%", 100.0 * npu_utilisation(&t, g.macs, g.cycles))
+        let util = if g.device == Device::Npu && g.npu_seconds > 0.0 {
+            format!("{:.0}%", 100.0 * npu_utilisation(&t, g.macs, g.npu_seconds))
         } else {
             String::new()
         };
@@ -54,8 +57,8 @@ fn table(e: &GraphEstimate, out: &mut String) {
             g.op,
             count,
             g.seconds * 1e3,
-            if g.cycles > 0 {
-                g.cycles.to_string()
+            if g.tasks > 0 {
+                g.tasks.to_string()
             } else {
                 String::new()
             },
@@ -73,9 +76,9 @@ pub fn estimate_report(m: &Module, prompt: usize) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "estimate for rk3588 (the model's estimate, not a measurement: NPU kernels by the \
-         simulator's timing model at {} GB/s DDR, CPU nodes by a roofline of {} x A76 at {} GHz; \
-         docs/NPU_ISA.md)",
+        "estimate for rk3588 (the model's estimate, not a measurement: the W8A8 products on the \
+         NPU's register interface by its tile model at {} GB/s DDR, every other node on the CPU \
+         by a roofline of {} x A76 at {} GHz; docs/NPU.md)",
         target.ddr_bytes_per_sec / 1_000_000_000,
         cpu.cores,
         cpu.clock_hz / 1e9

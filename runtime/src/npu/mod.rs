@@ -1,27 +1,33 @@
 //! The NPU part of a graph: the kernels of the nodes the `partition` pass
-//! places on the NPU (`qmatmul`, `qswiglu`, `rms_norm`, `add_rms_norm`,
-//! `attention`), built from the nodes' static shapes and weights, and run
-//! on the simulator behind the executor's [`KernelSet`] interface, with
-//! every other node on the Cranelift CPU kernels (`--backend npu-sim`).
+//! places on the NPU, built from the nodes' static shapes and weights, run
+//! behind the executor's [`KernelSet`] interface, with every other node on
+//! the Cranelift CPU kernels.
 //!
-//! [`plan_node`] gives a node's kernel (tile plan, DDR image layout) and
-//! program without touching weights (what the compiler stores, `slmcc
-//! report` times and disassembles); [`NpuSimKernels`] also packs the
-//! weights into one DDR image per kernel at load. A call writes the
-//! node's operands into its image, runs the program on the simulator and
-//! reads the results: per kernel kind in [`qmatmul`] (activations
-//! quantized on the CPU; bit for bit the reference op), [`norm`] (bit for
-//! bit) and [`attention`] (f16 products: within f16 rounding). With
-//! `NpuOps::REGISTERS` (`--backend npu-model`) the W8A8 `qmatmul`s and
-//! `qswiglu`s run through the RK3588's own register interface instead
-//! ([`registers`]), on the functional model, or with `NpuOps::DEVICE`
-//! (`--backend npu`) on the board's NPU, falling back to the CPU kernels
-//! when there is none or a call fails (said once).
+//! With `NpuOps::REGISTERS` (`--backend npu-sim`) the W8A8 `qmatmul`s and
+//! `qswiglu`s run through the RK3588's own register interface
+//! ([`registers`]) on its functional model, bit for bit the reference op;
+//! with `NpuOps::DEVICE` (`--backend npu`) on the board's NPU, falling back
+//! to the CPU kernels when there is none or a call fails (said once).
+//! Everything else stays on the CPU.
+//!
+//! The older model (`--backend npu-isa-sim`, `NpuOps::ALL`) runs programs
+//! of our own ISA (`docs/NPU_ISA.md`) on its simulator, for `qmatmul`,
+//! `qswiglu`, `rms_norm`, `add_rms_norm` and `attention`. [`plan_node`]
+//! gives such a node's kernel (tile plan, DDR image layout) and program
+//! without touching weights (what the compiler stores and `slmcc report
+//! --asm` disassembles); [`NpuSimKernels`] also packs the weights into one
+//! DDR image per kernel at load. A call writes the node's operands into
+//! its image, runs the program on the simulator and reads the results:
+//! per kernel kind in [`qmatmul`] (activations quantized on the CPU; bit
+//! for bit the reference op), [`norm`] (bit for bit) and [`attention`]
+//! (f16 products: within f16 rounding).
 
 mod attention;
 mod norm;
 mod qmatmul;
 mod registers;
+
+pub use registers::{register_product, RegisterProduct};
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! `qmatmul` and `qswiglu` nodes through the RK3588's own register
-//! interface (`--backend npu-model`): each W8A8 node's weights tiled and
+//! interface (`--backend npu-sim`): each W8A8 node's weights tiled and
 //! written once to its own functional-model device
 //! ([`crate::npu_qmatmul`]), and every call run as register-command tasks
 //! there, bit for bit the reference op. A `qswiglu` is one product by its
@@ -23,6 +23,59 @@ use crate::npu_sim::SimStats;
 
 /// NPU address where each node's model memory starts.
 const MODEL_BASE: u32 = 0x1000_0000;
+
+/// The integer product a `qmatmul` or `qswiglu` node gives the register
+/// interface, from its static types alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisterProduct {
+    /// Rows of the activations.
+    pub m: usize,
+    pub k: usize,
+    /// The columns of all its weights side by side (a `qswiglu`'s gate and
+    /// up projections together).
+    pub cols: usize,
+    pub group: usize,
+    pub swiglu: bool,
+}
+
+/// The product node `node` of `g` runs as on the register interface, or
+/// why the interface cannot take it: only W8A8 products with row-major
+/// weights (4-bit weights stay on the CPU: `docs/NPU.md`, "W4A8 on this
+/// target").
+pub fn register_product(g: &Graph, node: usize) -> Result<RegisterProduct, String> {
+    let n = &g.nodes[node];
+    let (op, swiglu) = match n.op {
+        Op::QMatMul(op) => (op, false),
+        Op::QSwiGlu(op) => (op.qmatmul(), true),
+        _ => {
+            return Err(format!(
+                "`{}` has no register-interface kernel yet",
+                n.op.mnemonic()
+            ))
+        }
+    };
+    if op.bits != 8 || op.activations != QActivations::Int8 || op.layout != QLayout::RowMajor {
+        return Err("only W8A8 products with row-major weights run there".into());
+    }
+    let x = fixed_shape(g, n.inputs[0], "activations")?;
+    let (&k, rows) = x.split_last().ok_or("rank-0 activations")?;
+    let mut cols = 0;
+    for pair in n.inputs[1..].chunks(2) {
+        let w = fixed_shape(g, pair[0], "weights")?;
+        cols += match w[..] {
+            [wk, wn] if wk == k => wn,
+            _ => return Err(format!("weights of shape {w:?} for K = {k}")),
+        };
+    }
+    let group = usize::try_from(op.group).map_err(|_| format!("group {}", op.group))?;
+    Ok(RegisterProduct {
+        m: rows.iter().product(),
+        k,
+        cols,
+        group,
+        swiglu,
+    })
+}
 
 /// A `qmatmul` or `qswiglu` node loaded on its model device.
 pub(super) struct RegistersQ {
@@ -48,31 +101,15 @@ impl RegistersQ {
         node: usize,
         shared: Option<&Rc<RefCell<dyn NpuDevice>>>,
     ) -> Result<RegistersQ, String> {
-        let n = &g.nodes[node];
-        let (op, swiglu) = match n.op {
-            Op::QMatMul(op) => (op, false),
-            Op::QSwiGlu(op) => (op.qmatmul(), true),
-            _ => {
-                return Err(format!(
-                    "`{}` has no register-interface kernel yet",
-                    n.op.mnemonic()
-                ))
-            }
-        };
-        if op.bits != 8 || op.activations != QActivations::Int8 || op.layout != QLayout::RowMajor {
-            return Err("only W8A8 products with row-major weights run there".into());
-        }
-        let x = fixed_shape(g, n.inputs[0], "activations")?;
-        let (&k, rows) = x.split_last().ok_or("rank-0 activations")?;
-        let m: usize = rows.iter().product();
+        let p = register_product(g, node)?;
         // Every weight's columns side by side: a `qswiglu`'s gate then up
         // (or its fused gate_up weight as it is), one product for all.
         let parts = quantized_weights(module, g, node)?;
-        let cols: usize = parts.iter().map(|p| p.2).sum();
         let q = side_by_side(parts.iter().map(|p| (&p.0[..], p.2)));
         let scale = side_by_side(parts.iter().map(|p| (&p.1[..], p.2)));
-        let npu = NpuQMatMul::new(&q, &scale, (m, k, cols), op.group as usize, 3)
-            .map_err(|e| e.to_string())?;
+        let (m, k, cols, swiglu) = (p.m, p.k, p.cols, p.swiglu);
+        let npu =
+            NpuQMatMul::new(&q, &scale, (m, k, cols), p.group, 3).map_err(|e| e.to_string())?;
         let dev: Rc<RefCell<dyn NpuDevice>> = match shared {
             Some(d) => d.clone(),
             None => Rc::new(RefCell::new(ModelDevice::new(
