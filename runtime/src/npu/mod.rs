@@ -44,8 +44,7 @@ use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
-use crate::npu_device::rocket::RocketDevice;
-use crate::npu_device::NpuDevice;
+use crate::npu_device::{open_board, NpuDevice};
 use crate::npu_sim::{NpuSim, SimStats};
 
 /// What an NPU node's program was planned from.
@@ -397,8 +396,8 @@ impl NpuSimKernels {
             npu_failed: None,
         };
         let shared: Option<Rc<RefCell<dyn NpuDevice>>> = if ops.device {
-            match RocketDevice::open() {
-                Ok(d) => Some(Rc::new(RefCell::new(d))),
+            match open_board() {
+                Ok(d) => Some(d),
                 Err(e) => {
                     // Every bucket graph loads its own kernels: said once.
                     if !NO_DEVICE_SAID.swap(true, Ordering::Relaxed) {

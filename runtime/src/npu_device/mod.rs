@@ -1,15 +1,21 @@
 //! Access to an NPU that runs register command lists: one trait,
-//! [`NpuDevice`], for the mainline `rocket` driver ([`rocket`]) and the
-//! functional model ([`ModelDevice`]).
+//! [`NpuDevice`], for the mainline `rocket` driver ([`rocket`]), the
+//! vendor `rknpu` driver ([`rknpu`]) and the functional model
+//! ([`ModelDevice`]). [`open_board`] opens whichever driver the board has.
 //!
 //! Contract: buffers come from [`NpuDevice::alloc`] and carry the NPU
 //! address that command lists use; [`NpuDevice::submit`] runs tasks in
 //! order on one core and returns when they are done, after which
 //! [`NpuDevice::read`] sees their output. A device that cannot do what is
 //! asked says why in a [`DeviceError`]; nothing here panics on a device's
-//! answer. The vendor `rknpu` driver is not supported yet.
+//! answer.
 
+mod drm;
+pub mod rknpu;
 pub mod rocket;
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use crate::npu_model::{self, Ddr, ModelError};
 
@@ -73,6 +79,26 @@ pub trait NpuDevice {
     fn read(&mut self, buf: &NpuBuffer, offset: usize, out: &mut [u8]) -> Result<(), DeviceError>;
     /// Runs `tasks` in order on one core and waits for them.
     fn submit(&mut self, tasks: &[NpuTask]) -> Result<(), DeviceError>;
+}
+
+/// The board's NPU: the mainline `rocket` driver's device if one opens,
+/// else the vendor `rknpu` driver's; or why neither does.
+pub fn open_board() -> Result<Rc<RefCell<dyn NpuDevice>>, DeviceError> {
+    let why = |e: DeviceError| match e {
+        DeviceError::NoDevice(s) => s,
+        e => e.to_string(),
+    };
+    let rocket = match rocket::RocketDevice::open() {
+        Ok(d) => return Ok(Rc::new(RefCell::new(d))),
+        Err(e) => why(e),
+    };
+    match rknpu::RknpuDevice::open() {
+        Ok(d) => Ok(Rc::new(RefCell::new(d))),
+        Err(e) => Err(DeviceError::NoDevice(format!(
+            "rocket: {rocket}; rknpu: {}",
+            why(e)
+        ))),
+    }
 }
 
 /// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.

@@ -10,12 +10,10 @@
 //! is named as both input and output, so `PREP_BO` on any of them waits
 //! for the job. Not run on a board yet: only the layouts are checked here.
 
-use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::mem::{offset_of, size_of};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 
+use super::drm::{self, drm_ioc, Mappings, DRM_COMMAND_BASE, IOC_READ_WRITE, IOC_WRITE};
 use super::{check_range, DeviceError, NpuBuffer, NpuDevice, NpuTask};
 
 /// `struct drm_rocket_create_bo`.
@@ -109,14 +107,6 @@ const _: () = {
     assert!(size_of::<GemClose>() == 8);
 };
 
-/// `_IOC(dir, 'd', DRM_COMMAND_BASE + nr, size)` of the DRM ioctls.
-const fn drm_ioc(dir: u64, nr: u64, size: usize) -> u64 {
-    (dir << 30) | ((size as u64) << 16) | ((b'd' as u64) << 8) | nr
-}
-const IOC_WRITE: u64 = 1;
-const IOC_READ_WRITE: u64 = 3;
-const DRM_COMMAND_BASE: u64 = 0x40;
-
 pub const IOCTL_CREATE_BO: u64 = drm_ioc(IOC_READ_WRITE, DRM_COMMAND_BASE, size_of::<CreateBo>());
 pub const IOCTL_SUBMIT: u64 = drm_ioc(IOC_WRITE, DRM_COMMAND_BASE + 1, size_of::<Submit>());
 pub const IOCTL_PREP_BO: u64 = drm_ioc(IOC_WRITE, DRM_COMMAND_BASE + 2, size_of::<PrepBo>());
@@ -136,16 +126,10 @@ const _: () = {
 /// is 500 ms).
 const WAIT_NS: i64 = 5_000_000_000;
 
-/// A mapped buffer.
-struct Mapping {
-    buf: NpuBuffer,
-    ptr: *mut u8,
-}
-
 /// An open `rocket` device.
 pub struct RocketDevice {
     file: File,
-    maps: HashMap<u32, Mapping>,
+    maps: Mappings,
 }
 
 impl RocketDevice {
@@ -158,21 +142,16 @@ impl RocketDevice {
         let mut tried = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
-            let file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(&path)
-            {
+            let file = match drm::open_node(&path) {
                 Ok(f) => f,
                 Err(e) => {
-                    tried.push(format!("{}: {e}", path.display()));
+                    tried.push(e);
                     continue;
                 }
             };
             let mut dev = RocketDevice {
                 file,
-                maps: HashMap::new(),
+                maps: Mappings::default(),
             };
             // A probe allocation tells a rocket device from another accel driver.
             match dev.alloc(4096) {
@@ -191,29 +170,7 @@ impl RocketDevice {
     }
 
     fn ioctl<T>(&self, call: &'static str, request: u64, arg: &mut T) -> Result<(), DeviceError> {
-        // SAFETY: `arg` is a live, exclusively borrowed #[repr(C)] struct of
-        // the size encoded in `request`.
-        let rc = unsafe {
-            libc::ioctl(
-                self.file.as_raw_fd(),
-                request as _,
-                arg as *mut T as *mut libc::c_void,
-            )
-        };
-        if rc < 0 {
-            return Err(DeviceError::Os {
-                call,
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(())
-    }
-
-    fn mapping(&self, buf: &NpuBuffer) -> Result<&Mapping, DeviceError> {
-        self.maps
-            .get(&buf.handle)
-            .filter(|m| m.buf == *buf)
-            .ok_or(DeviceError::UnknownBuffer(buf.handle))
+        drm::ioctl(&self.file, call, request, arg)
     }
 
     /// Waits for the NPU's use of `handle` and opens it to the CPU.
@@ -242,10 +199,7 @@ impl RocketDevice {
 
     /// Unmaps and closes a buffer.
     fn release(&mut self, handle: u32) {
-        if let Some(m) = self.maps.remove(&handle) {
-            // SAFETY: `ptr` is the mapping of `size` bytes made in `alloc`.
-            unsafe { libc::munmap(m.ptr as *mut libc::c_void, m.buf.size) };
-        }
+        self.maps.unmap(handle);
         let mut close = GemClose { handle, pad: 0 };
         // Nothing to do if closing fails: the fd's close frees it too.
         let _ = self.ioctl("DRM_GEM_CLOSE", IOCTL_GEM_CLOSE, &mut close);
@@ -254,8 +208,7 @@ impl RocketDevice {
 
 impl Drop for RocketDevice {
     fn drop(&mut self) {
-        let handles: Vec<u32> = self.maps.keys().copied().collect();
-        for h in handles {
+        for (h, _) in self.maps.held() {
             self.release(h);
         }
     }
@@ -282,55 +235,32 @@ impl NpuDevice for RocketDevice {
                 )),
             });
         };
-        // SAFETY: maps `size` bytes of the buffer at the offset the driver gave.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.file.as_raw_fd(),
-                create.offset as libc::off_t,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            let source = std::io::Error::last_os_error();
-            self.release(create.handle);
-            return Err(DeviceError::Os {
-                call: "mmap",
-                source,
-            });
-        }
         let buf = NpuBuffer {
             handle: create.handle,
             addr,
             size,
         };
-        self.maps.insert(
-            buf.handle,
-            Mapping {
-                buf,
-                ptr: ptr as *mut u8,
-            },
-        );
+        if let Err(e) = self.maps.map(&self.file, buf, 0, create.offset) {
+            self.release(create.handle);
+            return Err(e);
+        }
         Ok(buf)
     }
 
     fn write(&mut self, buf: &NpuBuffer, offset: usize, data: &[u8]) -> Result<(), DeviceError> {
-        let m = self.mapping(buf)?;
+        // Checked before PREP_BO, so that a bad range leaves no buffer open.
+        let m = self.maps.get(buf)?;
         check_range("write", offset, data.len(), m.buf.size)?;
         self.prep(buf.handle)?;
-        // SAFETY: the range was checked against the mapping's size.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), m.ptr.add(offset), data.len()) };
+        m.copy_in(offset, data)?;
         self.fini(buf.handle)
     }
 
     fn read(&mut self, buf: &NpuBuffer, offset: usize, out: &mut [u8]) -> Result<(), DeviceError> {
-        let m = self.mapping(buf)?;
+        let m = self.maps.get(buf)?;
         check_range("read", offset, out.len(), m.buf.size)?;
         self.prep(buf.handle)?;
-        // SAFETY: the range was checked against the mapping's size.
-        unsafe { std::ptr::copy_nonoverlapping(m.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        m.copy_out(offset, out)?;
         self.fini(buf.handle)
     }
 
@@ -342,7 +272,7 @@ impl NpuDevice for RocketDevice {
                 regcmd_count: t.words,
             })
             .collect();
-        let handles: Vec<u32> = self.maps.keys().copied().collect();
+        let handles: Vec<u32> = self.maps.held().into_iter().map(|(h, _)| h).collect();
         let mut job = Job {
             tasks: tasks.as_ptr() as u64,
             in_bo_handles: handles.as_ptr() as u64,
