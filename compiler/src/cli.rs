@@ -54,16 +54,20 @@ pub enum BackendArg {
     Reference,
     /// The Cranelift CPU backend, JIT-compiled for the host.
     Cpu,
-    /// The modelled RK3588: its NPU nodes on the simulator, the rest on cpu.
+    /// The RK3588's NPU as its functional model: the W8A8 qmatmuls
+    /// through the register interface the board's driver takes
+    /// (docs/NPU.md), bit-exact; the rest on cpu.
     NpuSim,
-    /// As npu-sim, attention on the CPU (only the NPU kernels bit-exact
+    /// The older model of an NPU with our own instruction set
+    /// (docs/NPU_ISA.md): qmatmuls, RMS norms and attention on its
+    /// simulator, the rest on cpu. No board runs its programs.
+    NpuIsaSim,
+    /// As npu-isa-sim, attention on the CPU (only the kernels bit-exact
     /// with their ops).
-    NpuSimExact,
-    /// The W8A8 qmatmuls through the RK3588's own register interface on
-    /// its functional model (docs/NPU.md), the rest on cpu.
-    NpuModel,
-    /// As npu-model, on the board's NPU through the `rocket` driver
-    /// (/dev/accel); on cpu when there is none or a task fails, said once.
+    NpuIsaSimExact,
+    /// As npu-sim, on the board's NPU through the mainline `rocket`
+    /// driver (/dev/accel) or the vendor `rknpu` one (/dev/dri); on cpu
+    /// when there is none or a task fails, said once.
     Npu,
 }
 
@@ -75,8 +79,8 @@ impl BackendArg {
             BackendArg::Reference => "reference",
             BackendArg::Cpu => "cpu",
             BackendArg::NpuSim => "npu-sim",
-            BackendArg::NpuSimExact => "npu-sim-exact",
-            BackendArg::NpuModel => "npu-model",
+            BackendArg::NpuIsaSim => "npu-isa-sim",
+            BackendArg::NpuIsaSimExact => "npu-isa-sim-exact",
             BackendArg::Npu => "npu",
         }
     }

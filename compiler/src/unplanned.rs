@@ -98,9 +98,9 @@ pub fn run_graph_jit(
 }
 
 /// Binds, specialises and runs `graph` of `module` with the NPU nodes (of
-/// the kinds `ops` allows) on the simulator and the rest on the JIT (what
-/// `golden check --backend npu-sim` uses). Returns the run and the
-/// simulator's counts per NPU node.
+/// the kinds `ops` allows) on their NPU model and the rest on the JIT
+/// (what `golden check --backend npu-sim` uses). Returns the run and the
+/// counts per NPU node.
 pub fn run_graph_npu_sim(
     module: &Module,
     graph: &Graph,

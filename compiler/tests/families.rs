@@ -10,8 +10,9 @@
 //! - `slmcc generate` gives transformers' 64 greedy tokens on `cpu`, and so
 //!   does a package compiled with `--kv-cache` (small buckets, so the
 //!   sliding-window rings wrap);
-//! - the `--target rk3588 --quant w8a8` package, run on `npu-sim` with
-//!   attention on the NPU, agrees with the FP32 logits on a 45-token input
+//! - the `--target rk3588 --quant w8a8` package, run on `npu-sim` (the
+//!   W8A8 products through the register interface's functional model, the
+//!   rest on the CPU), agrees with the FP32 logits on a 45-token input
 //!   (printed; `docs/FAMILIES.md` has the numbers), and `slmcc generate`
 //!   runs on its `--kv-cache` form.
 

@@ -223,11 +223,11 @@ fn jit_runs_the_quantized_model_like_the_reference() {
     }
 }
 
-/// The NPU kernels on the simulator compute `qmatmul`, `qswiglu` and the
+/// The older ISA's NPU kernels on its simulator compute `qmatmul`, `qswiglu` and the
 /// RMS norms bit for bit as the reference: in exact mode, with attention
-/// kept on the CPU (`NpuOps::EXACT`), `npu-sim`, `cpu` and the reference
+/// kept on the CPU (`NpuOps::EXACT`), `npu-isa-sim`, `cpu` and the reference
 /// give the same logits; with the default cpu options (vector exp in the
-/// cpu SiLU) `npu-sim` stays within `TOL_JIT_DEFAULT` of `cpu`; with the
+/// cpu SiLU) `npu-isa-sim` stays within `TOL_JIT_DEFAULT` of `cpu`; with the
 /// NPU's attention too (f16 products, online softmax: close to the f32
 /// op, not bit-exact) the logits stay within the scheme's tolerance of
 /// onnxruntime's f32 ones, as the reference's do. (Against the quantized
@@ -237,7 +237,7 @@ fn jit_runs_the_quantized_model_like_the_reference() {
 /// not attention error; the kernel's own error is bounded in
 /// `runtime/src/npu_sim/attention_tests.rs`.)
 #[test]
-fn npu_sim_runs_the_quantized_model_bit_exactly() {
+fn npu_isa_sim_runs_the_quantized_model_bit_exactly() {
     let inputs = seq11();
     let target = slmcc_backends::npu::Target::rk3588();
     let bits = |t: &Tensor| -> Vec<u32> { t.to_f32_vec().iter().map(|v| v.to_bits()).collect() };
@@ -261,7 +261,7 @@ fn npu_sim_runs_the_quantized_model_bit_exactly() {
         for (o, ops) in runs {
             let (got, records) =
                 run_graph_npu_sim(&m, g, &inputs, &Capture::Nothing, &target, &o, ops)
-                    .unwrap_or_else(|e| panic!("{options}: npu-sim: {e}"));
+                    .unwrap_or_else(|e| panic!("{options}: npu-isa-sim: {e}"));
             let cpu = run_graph_jit(&m, g, &inputs, &Capture::Nothing, &o).unwrap();
             let records = records.borrow();
             let with_macs = matmuls + if ops.attention { attention } else { 0 };
@@ -276,7 +276,7 @@ fn npu_sim_runs_the_quantized_model_bit_exactly() {
                 let (d, r) = (diff(got, &golden).unwrap(), diff(want, &golden).unwrap());
                 let tol = tolerance(options);
                 eprintln!(
-                    "qwen2 seq11 quantize{{{options}}} on npu-sim with the NPU attention: \
+                    "qwen2 seq11 quantize{{{options}}} on npu-isa-sim with the NPU attention: \
                      max_rel {:.3e} vs onnxruntime f32 (the reference: {:.3e}; tolerance {tol:.0e})",
                     d.max_rel, r.max_rel
                 );
@@ -284,11 +284,11 @@ fn npu_sim_runs_the_quantized_model_bit_exactly() {
             } else if o == CpuOptions::exact() {
                 assert!(
                     bits(got) == bits(cpu),
-                    "{options}: npu-sim differs from cpu"
+                    "{options}: npu-isa-sim differs from cpu"
                 );
                 assert!(
                     bits(got) == bits(want),
-                    "{options}: npu-sim (exact) differs from the reference"
+                    "{options}: npu-isa-sim (exact) differs from the reference"
                 );
             } else {
                 let d = diff(got, cpu).unwrap();

@@ -10,10 +10,10 @@
 //! pointers into the regions), planned buckets behind dispatch
 //! ([`planned`]: allocation-free steps) and the package format with its
 //! verifying loader ([`package`]), and token-by-token decoding over a static
-//! KV cache ([`decode`]), and the NPU simulator ([`npu_sim`]: our NPU ISA
-//! executed bit-exactly with the cycle model of `docs/NPU_ISA.md`) with the
-//! NPU part of a graph on it beside the CPU kernels ([`npu`], `--backend
-//! npu-sim`), the functional model of the RK3588's own register interface
+//! KV cache ([`decode`]), the simulator of our own older NPU ISA
+//! ([`npu_sim`]: executed bit-exactly with the cycle model of
+//! `docs/NPU_ISA.md`, `--backend npu-isa-sim`), the NPU part of a graph
+//! beside the CPU kernels ([`npu`]), the functional model of the RK3588's own register interface
 //! ([`npu_model`]: a task's register command list executed over an image of
 //! NPU memory) and the devices that run such lists ([`npu_device`]: the
 //! `rocket` driver's ioctls and the model behind one trait; [`npu_qmatmul`]:

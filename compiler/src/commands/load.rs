@@ -31,12 +31,12 @@ pub enum Backend {
     /// with an op the backend does not lower yet fails naming that node.
     Cpu,
     /// The modelled RK3588: the nodes the `partition` pass places on the
-    /// NPU (of the kinds given: all for `npu-sim`; for `npu-sim-exact` the
-    /// kernels bit-exact with their ops, attention on the CPU) run their
-    /// NPU kernels on the simulator, the rest on the cpu backend as above;
-    /// for `npu-model` the W8A8 `qmatmul`s run through the register
-    /// interface on its functional model, for `npu` on the board's NPU
-    /// (the CPU when there is none).
+    /// NPU, of the kinds `ops` allows, run there, the rest on the cpu
+    /// backend as above. `npu-sim`: the W8A8 `qmatmul`s and `qswiglu`s
+    /// through the register interface on its functional model; `npu`: the
+    /// same on the board's NPU (the CPU when there is none);
+    /// `npu-isa-sim`: every NPU kind on the simulator of our own ISA
+    /// (`npu-isa-sim-exact`: attention on the CPU).
     NpuSim(NpuOps),
 }
 
@@ -45,9 +45,9 @@ impl From<BackendArg> for Backend {
         match b {
             BackendArg::Reference => Backend::Reference,
             BackendArg::Cpu => Backend::Cpu,
-            BackendArg::NpuSim => Backend::NpuSim(NpuOps::ALL),
-            BackendArg::NpuSimExact => Backend::NpuSim(NpuOps::EXACT),
-            BackendArg::NpuModel => Backend::NpuSim(NpuOps::REGISTERS),
+            BackendArg::NpuSim => Backend::NpuSim(NpuOps::REGISTERS),
+            BackendArg::NpuIsaSim => Backend::NpuSim(NpuOps::ALL),
+            BackendArg::NpuIsaSimExact => Backend::NpuSim(NpuOps::EXACT),
             BackendArg::Npu => Backend::NpuSim(NpuOps::DEVICE),
         }
     }
@@ -148,7 +148,7 @@ impl Loaded {
     }
 
     /// The backend: `given` (`--backend`), else a package on its target
-    /// (`npu-sim` for rk3588: its NPU on the simulator, `cpu` otherwise),
+    /// (`npu-sim` for rk3588: its NPU's functional model, `cpu` otherwise),
     /// any other model on `otherwise`.
     pub fn backend(&self, given: Option<BackendArg>, otherwise: BackendArg) -> Backend {
         let arg = given.unwrap_or(match &self.package {
@@ -160,8 +160,7 @@ impl Loaded {
     }
 }
 
-/// Whether `pkg` was compiled with `--target rk3588` (`npu-sim` then runs
-/// its stored NPU programs).
+/// Whether `pkg` was compiled with `--target rk3588`.
 pub fn is_rk3588(pkg: &Package) -> bool {
     pkg.manifest
         .versions
@@ -169,9 +168,9 @@ pub fn is_rk3588(pkg: &Package) -> bool {
         .is_some_and(|v| v.target == TARGET_RK3588)
 }
 
-/// The NPU kernels of bucket graph `g` for `npu-sim` (the kinds `ops`
-/// allows): the programs stored in `pkg` when given, else emitted now; the
-/// other nodes on [`cpu_kernels`].
+/// The NPU kernels of bucket graph `g` for the NPU backends (the kinds
+/// `ops` allows; `npu-isa-sim`'s programs stored in `pkg` when given, else
+/// emitted now); the other nodes on [`cpu_kernels`].
 pub fn npu_sim_kernels(
     module: &Module,
     g: &Graph,
@@ -227,8 +226,10 @@ pub fn cpu_kernels(
     Ok(Box::new(jit))
 }
 
-/// Logs what the simulator counted (an estimate of the model, not a
-/// measurement): kernels, cycles, DDR bytes, MAC utilisation.
+/// Logs what `npu-isa-sim`'s simulator counted (an estimate of the model,
+/// not a measurement): kernels, cycles, DDR bytes, MAC utilisation. The
+/// register interface's functional model does not time its tasks
+/// (`slmcc report` has their estimate).
 pub fn log_npu_records(records: &std::collections::HashMap<usize, NodeRecord>, t: &Target) {
     let (mut cycles, mut bytes, mut macs) = (0u64, 0u64, 0u64);
     for r in records.values() {
@@ -236,8 +237,15 @@ pub fn log_npu_records(records: &std::collections::HashMap<usize, NodeRecord>, t
         bytes += r.last.ddr_bytes_read + r.last.ddr_bytes_written;
         macs += r.last.macs;
     }
+    if cycles == 0 {
+        tracing::info!(
+            "{} NPU nodes on the register interface (untimed; `slmcc report` estimates them)",
+            records.len()
+        );
+        return;
+    }
     tracing::info!(
-        "npu-sim (the model's estimate): {} NPU kernels, {cycles} cycles ({:.3} ms at {} MHz), \
+        "npu-isa-sim (the model's estimate): {} NPU kernels, {cycles} cycles ({:.3} ms at {} MHz), \
          {bytes} DDR bytes, MAC utilisation {:.1}%",
         records.len(),
         cycles as f64 / t.clock_hz as f64 * 1e3,

@@ -6,8 +6,9 @@
 //! the slowest nodes, the phases (`generate`: prefill and decode tokens/s)
 //! and the process's peak resident memory.
 //!
-//! Times are wall times on this machine; an `npu-sim` node's time is the
-//! simulator's, not the NPU's (the estimates of `slmcc report` are).
+//! Times are wall times on this machine; an NPU node's time is that of its
+//! model on this machine, not the NPU's (the estimates of `slmcc report`
+//! are).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
