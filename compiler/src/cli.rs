@@ -209,6 +209,72 @@ pub enum Command {
     /// The RK3588 NPU's register interface: print or decode register command lists.
     #[command(after_long_help = NPU_AFTER_HELP)]
     Npu(NpuArgs),
+    /// Measure a model's quality: perplexity on a text.
+    #[command(after_long_help = EVAL_AFTER_HELP)]
+    Eval(EvalArgs),
+}
+
+const EVAL_AFTER_HELP: &str = "\
+Perplexity: the token ids (the text encoded whole by the tokenizer, or the
+ids given) are cut into consecutive windows of --window tokens, the last
+partial window dropped; each window runs as one input, and every token after
+its first is predicted from the ones before it in the window. Perplexity is
+exp of the mean negative log-likelihood over those tokens (in f64).
+
+Example (the trained test decoder, FP32 and W4A8):
+  slmcc eval ppl testdata/models/trained/llama_trained.onnx \\
+    --text testdata/models/trained/heldout.txt --tokenizer testdata/models/trained/tokenizer.json
+  slmcc eval ppl testdata/models/trained/llama_trained.onnx --quant w4a8 --backend cpu \\
+    --ids ids.npy";
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    pub action: EvalAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EvalAction {
+    /// Perplexity of a causal language model (input `input_ids`, logits
+    /// over the vocabulary as its first output) on a text or token ids.
+    Ppl(EvalPplArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EvalPplArgs {
+    /// An ONNX model or textual IR (`.slm`). Packages keep only the last
+    /// token's logits, so they are not evaluated: evaluate the model they
+    /// were compiled from, with the same --quant.
+    pub model: PathBuf,
+    /// The text to measure on, encoded whole with --tokenizer.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tokenizer",
+        conflicts_with = "ids"
+    )]
+    pub text: Option<PathBuf>,
+    /// A Hugging Face `tokenizer.json` for --text.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// Token ids instead of a text: an int64 (or int32) `.npy` of any shape,
+    /// read in order.
+    #[arg(long, value_name = "FILE.npy", required_unless_present = "text")]
+    pub ids: Option<PathBuf>,
+    /// Tokens per window.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(2..))]
+    pub window: u32,
+    /// Measure on the first N tokens only (a quick check).
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<usize>,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
+    #[command(flatten)]
+    pub threads: ThreadsArgs,
+    /// Quantize the model first (`quantize` after fusion), as `compile` does.
+    #[command(flatten)]
+    pub quant: QuantArgs,
 }
 
 const NPU_AFTER_HELP: &str = "\

@@ -2,6 +2,7 @@
 
 mod compile;
 mod estimate;
+mod eval;
 mod generate;
 mod golden;
 mod import;
@@ -32,5 +33,6 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::Report(args) => report::run(args),
         Command::Passes(args) => passes::run(args),
         Command::Npu(args) => npu::run(args),
+        Command::Eval(args) => eval::run(args),
     }
 }

@@ -1,0 +1,174 @@
+//! `slmcc eval ppl`: the perplexity of a causal language model on a text
+//! or on token ids, optionally quantized first (the quality number a
+//! deployment is decided on; `docs/QUALITY.md`).
+//!
+//! The ids are cut into consecutive windows of `--window` tokens (the last
+//! partial one dropped). Each window runs as one `input_ids` input, and
+//! every token after its first is scored by the log-softmax of the logits
+//! at the position before it, in f64. Perplexity is exp of the mean
+//! negative log-likelihood. The protocol is the one the trained test
+//! decoder's recipe (`testdata/models/trained/train.py`) uses with torch
+//! and onnxruntime, so the numbers compare.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context};
+use slmcc::pipeline::quant_name;
+use slmcc_ir::Tensor;
+use slmcc_runtime::{npy, Capture};
+
+use super::load::{entry_graph, execute, load_module, prepare_quantized, Backend};
+use super::tokenize::Tokenizer;
+use crate::cli::{EvalAction, EvalArgs, EvalPplArgs, QuantScheme};
+use crate::exit::CmdResult;
+
+pub fn run(args: EvalArgs) -> CmdResult {
+    match args.action {
+        EvalAction::Ppl(a) => ppl(a),
+    }
+}
+
+/// The token ids to measure on.
+fn token_ids(a: &EvalPplArgs) -> anyhow::Result<Vec<i64>> {
+    match (&a.text, &a.tokenizer, &a.ids) {
+        (Some(text), Some(tok), _) => {
+            let t = Tokenizer::load(tok)?;
+            let s = std::fs::read_to_string(text)
+                .with_context(|| format!("cannot read {}", text.display()))?;
+            t.encode(&s)
+        }
+        (_, _, Some(ids)) => {
+            let t = npy::read(ids).map_err(|e| anyhow!("{}: {e}", ids.display()))?;
+            if !t.dtype().is_int() {
+                bail!(
+                    "{}: token ids must be integers, not {}",
+                    ids.display(),
+                    t.dtype()
+                );
+            }
+            Ok(t.to_i64_vec())
+        }
+        _ => bail!("give --text with --tokenizer, or --ids"),
+    }
+}
+
+/// Mean negative log-likelihood of `window[t + 1]` under `logits[t]`
+/// (`[window, vocab]`), summed over the window, and the count scored.
+fn window_nll(logits: &[f32], vocab: usize, window: &[i64]) -> anyhow::Result<(f64, usize)> {
+    let mut nll = 0.0f64;
+    for (t, &next) in window.iter().enumerate().skip(1) {
+        let row = &logits[(t - 1) * vocab..t * vocab];
+        let max = row
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+        let sum: f64 = row.iter().map(|&v| (f64::from(v) - max).exp()).sum();
+        let at = usize::try_from(next)
+            .ok()
+            .filter(|&i| i < vocab)
+            .ok_or_else(|| anyhow!("token id {next} is outside the vocabulary of {vocab}"))?;
+        nll -= f64::from(row[at]) - max - sum.ln();
+    }
+    Ok((nll, window.len() - 1))
+}
+
+fn ppl(a: EvalPplArgs) -> CmdResult {
+    Ok(measure(&a)?)
+}
+
+fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
+    let mut ids = token_ids(a)?;
+    if let Some(n) = a.max_tokens {
+        ids.truncate(n);
+    }
+    let window = a.window as usize;
+    let windows = ids.len() / window;
+    if windows == 0 {
+        bail!("{} tokens are fewer than one window of {window}", ids.len());
+    }
+    let quant = a.quant.get(QuantScheme::None)?;
+    let mut module = load_module(&a.model)?;
+    if module.buckets.values().next().is_some() {
+        bail!(
+            "{}: a package or bucketed module keeps only the last token's logits; \
+             evaluate the model it was compiled from, with the same --quant",
+            a.model.display()
+        );
+    }
+    prepare_quantized(&mut module, quant, &a.model)?;
+    let graph = entry_graph(&module)?;
+    let input = graph
+        .inputs
+        .iter()
+        .map(|&v| graph.value(v).name.as_str())
+        .collect::<Vec<_>>();
+    if input != ["input_ids"] {
+        bail!(
+            "{}: eval ppl feeds one input, `input_ids`; the model takes {input:?}",
+            a.model.display()
+        );
+    }
+    let backend = Backend::from(a.backend);
+    let cpu = a.threads.cpu_options();
+    let start = Instant::now();
+    let (mut nll, mut scored) = (0.0f64, 0usize);
+    for (i, w) in ids.chunks_exact(window).enumerate() {
+        let inputs = [(
+            "input_ids".to_string(),
+            Tensor::from_i64(vec![1, window], w.to_vec()),
+        )];
+        let result = execute(backend, &cpu, &module, graph, &inputs, &Capture::Nothing)
+            .map_err(|e| anyhow!("{}: window {i}: {e}", a.model.display()))?;
+        let (name, logits) = result
+            .outputs
+            .first()
+            .ok_or_else(|| anyhow!("{}: the model has no output", a.model.display()))?;
+        let shape = logits.shape();
+        let vocab = match shape {
+            [1, s, v] if *s == window => *v,
+            _ => bail!(
+                "{}: output `{name}` has shape {shape:?}, not [1, {window}, vocab] logits",
+                a.model.display()
+            ),
+        };
+        let (n, c) = window_nll(&logits.to_f32_vec(), vocab, w)
+            .with_context(|| format!("{}: window {i}", a.model.display()))?;
+        nll += n;
+        scored += c;
+        if (i + 1) % 25 == 0 {
+            tracing::info!("{}/{windows} windows", i + 1);
+        }
+    }
+    let ppl = (nll / scored as f64).exp();
+    println!(
+        "perplexity {ppl:.4} ({scored} tokens scored in {windows} windows of {window}; \
+         {} tokens left over; {}, {}; {:.1} s)",
+        ids.len() - windows * window,
+        a.backend.name(),
+        match &quant {
+            None => "fp32",
+            q => quant_name(q),
+        },
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Uniform logits score every token at ln(vocab); a certain prediction
+    /// at 0.
+    #[test]
+    fn nll_of_uniform_and_certain_predictions() {
+        let (n, c) = window_nll(&[0.0; 12], 4, &[1, 2, 3]).unwrap();
+        assert_eq!(c, 2);
+        assert!((n - 2.0 * 4f64.ln()).abs() < 1e-12, "{n}");
+        let sure = [
+            0.0, 0.0, 100.0, 0.0, 0.0, 0.0, 0.0, 100.0, 0.0, 0.0, 0.0, 0.0,
+        ];
+        let (n, _) = window_nll(&sure, 4, &[0, 2, 3]).unwrap();
+        assert!(n < 1e-30, "{n}");
+        assert!(window_nll(&[0.0; 8], 4, &[0, 9]).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! `slmcc eval ppl` on the trained test decoder
+//! (`testdata/models/trained/`): FP32 perplexity equal to what
+//! onnxruntime gave when the model was made (`trained.json`, the same
+//! protocol in the recipe), quantized runs close to it, and bad input
+//! refused with exit code 2.
+
+mod common;
+
+use common::{repo, slmcc, stderr, stdout};
+
+const MODEL: &str = "testdata/models/trained/llama_trained.onnx";
+const TEXT: &str = "testdata/models/trained/heldout.txt";
+const TOKENIZER: &str = "testdata/models/trained/tokenizer.json";
+
+/// The perplexity `eval ppl` prints on the first 1024 held-out tokens.
+fn ppl(extra: &[&str]) -> f64 {
+    let mut args = vec![
+        "eval",
+        "ppl",
+        MODEL,
+        "--text",
+        TEXT,
+        "--tokenizer",
+        TOKENIZER,
+        "--max-tokens",
+        "1024",
+    ];
+    args.extend_from_slice(extra);
+    let o = slmcc(&args);
+    assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("1016 tokens scored in 8 windows of 128"),
+        "{out}"
+    );
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no perplexity in {out}"))
+}
+
+fn recorded() -> f64 {
+    let j: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("testdata/models/trained/trained.json")).unwrap(),
+    )
+    .unwrap();
+    j["heldout_ppl_first_1024_tokens"]["onnxruntime"]
+        .as_f64()
+        .unwrap()
+}
+
+#[test]
+fn fp32_perplexity_equals_onnxruntimes() {
+    let want = recorded();
+    for backend in ["cpu", "reference"] {
+        let got = ppl(&["--backend", backend]);
+        // trained.json rounds to 4 decimals; the logits agree to f32
+        // rounding.
+        assert!(
+            (got / want - 1.0).abs() < 1e-5,
+            "{backend}: {got} vs onnxruntime {want}"
+        );
+    }
+}
+
+#[test]
+fn quantized_perplexity_stays_close_to_fp32() {
+    let fp32 = recorded();
+    for (quant, budget) in [("w8a8", 0.005), ("w4a8", 0.05)] {
+        let got = ppl(&["--quant", quant]);
+        let change = got / fp32 - 1.0;
+        eprintln!(
+            "{quant}: perplexity {got:.4}, {:+.2}% from fp32",
+            100.0 * change
+        );
+        assert!(change.abs() < budget, "{quant}: {got} vs fp32 {fp32}");
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_exit_code_2() {
+    let dir = std::env::temp_dir().join(format!("slmcc-eval-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ids = dir.join("ids.npy");
+    let t = slmcc_ir::Tensor::from_i64(vec![1, 4], vec![1, 2, 99999, 3]);
+    std::fs::write(&ids, slmcc_runtime::npy::to_bytes(&t).unwrap()).unwrap();
+    let ids = ids.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["eval", "ppl", MODEL, "--ids", ids, "--window", "4"],
+            "index out of range",
+        ),
+        (
+            &["eval", "ppl", MODEL, "--ids", ids],
+            "fewer than one window",
+        ),
+        (&["eval", "ppl", MODEL, "--text", TEXT], "--tokenizer"),
+    ];
+    for (args, want) in cases {
+        let o = slmcc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
