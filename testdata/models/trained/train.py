@@ -33,8 +33,12 @@ windows of 128 tokens, batch 32, AdamW (lr 1e-3, betas 0.9/0.95, weight decay 0.
 whole (its documents are joined by a line holding `<|endoftext|>`), cut into consecutive
 windows of 128 tokens; every token after the first of a window is predicted; perplexity = exp(mean NLL).
 
-Time on this 2-core machine: about NN minutes for 1500 steps; peak memory about 2 GB.
-Reruns on the same machine give the same bytes (checked: see trained.json's digests).
+Time on this 2-core machine: 19 minutes of training for the 1000 steps (train loss 8.37 ->
+about 3.0), held-out perplexity 48.84 (torch and onnxruntime alike). Seeds, deterministic
+algorithms and a fixed thread count make a rerun repeat the run; trained.json records the
+SHA-256 of every file written, to compare a rerun with (not yet repeated). The committed
+trained.json's `heldout_ppl_first_1024_tokens` was computed after the run, by this script's
+`perplexity` on the committed model, before that field was added to the recipe.
 """
 
 from __future__ import annotations
