@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use slmcc::pipeline::{Quant, QuantizeOptions};
 use slmcc_passes::transforms::kv_cache::KvCacheOptions;
+use slmcc_passes::transforms::quantize::Method;
 
 /// `--target`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -606,6 +607,32 @@ pub struct QuantArgs {
     /// deployments short of memory do).
     #[arg(long, value_enum, default_value_t = QuantKeep::LmHead)]
     pub quant_keep: QuantKeep,
+    /// How the weights are rounded: rtn (to nearest) or gptq (each layer's
+    /// rounding error moved onto the weights not yet rounded, by the
+    /// calibration activations' Hessian; needs --calib).
+    #[arg(long, value_enum, default_value_t = QuantMethod::Rtn)]
+    pub quant_method: QuantMethod,
+    /// Calibration samples for --quant-method gptq: token ids (`.npy`, any
+    /// shape, read in order) or a text (any other file, with
+    /// --calib-tokenizer), cut into windows of --calib-window tokens.
+    #[arg(long, value_name = "FILE")]
+    pub calib: Option<PathBuf>,
+    /// The tokenizer.json that encodes a --calib text.
+    #[arg(long, value_name = "FILE")]
+    pub calib_tokenizer: Option<PathBuf>,
+    /// Tokens per calibration window.
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub calib_window: usize,
+    /// Calibration windows used at most (the first ones).
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub calib_windows: usize,
+}
+
+/// `--quant-method`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum QuantMethod {
+    Rtn,
+    Gptq,
 }
 
 impl QuantArgs {
@@ -621,6 +648,13 @@ impl QuantArgs {
             }
             QuantScheme::W4a8 => QuantizeOptions::int4(self.quant_group),
             QuantScheme::W4 => QuantizeOptions::int4(self.quant_group).weight_only(),
+        };
+        let options = QuantizeOptions {
+            method: match self.quant_method {
+                QuantMethod::Rtn => Method::Rtn,
+                QuantMethod::Gptq => Method::Gptq,
+            },
+            ..options
         };
         Ok(Some(QuantizeOptions {
             keep_lm_head,

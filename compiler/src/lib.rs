@@ -6,6 +6,7 @@
 //! (`slmcc report --fusion`); [`unplanned`] runs a symbolic graph on the
 //! cpu or simulated NPU kernels without a package.
 
+pub mod calibrate;
 pub mod fusion;
 pub mod onnx;
 pub mod pipeline;

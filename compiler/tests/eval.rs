@@ -77,6 +77,32 @@ fn quantized_perplexity_stays_close_to_fp32() {
     }
 }
 
+/// GPTQ, calibrated on text from the training split, loses less than
+/// round-to-nearest at 4 bits.
+#[test]
+fn gptq_beats_round_to_nearest_at_4_bits() {
+    let fp32 = recorded();
+    let rtn = ppl(&["--quant", "w4a8"]);
+    let gptq = ppl(&[
+        "--quant",
+        "w4a8",
+        "--quant-method",
+        "gptq",
+        "--calib",
+        "testdata/models/trained/calib.txt",
+        "--calib-tokenizer",
+        TOKENIZER,
+        "--calib-windows",
+        "16",
+    ]);
+    eprintln!(
+        "w4a8: rtn {:+.2}%, gptq {:+.2}% from fp32",
+        100.0 * (rtn / fp32 - 1.0),
+        100.0 * (gptq / fp32 - 1.0)
+    );
+    assert!(gptq < rtn, "gptq {gptq} vs rtn {rtn}");
+}
+
 #[test]
 fn bad_input_is_refused_with_exit_code_2() {
     let dir = std::env::temp_dir().join(format!("slmcc-eval-{}", std::process::id()));
@@ -85,7 +111,21 @@ fn bad_input_is_refused_with_exit_code_2() {
     let t = slmcc_ir::Tensor::from_i64(vec![1, 4], vec![1, 2, 99999, 3]);
     std::fs::write(&ids, slmcc_runtime::npy::to_bytes(&t).unwrap()).unwrap();
     let ids = ids.to_str().unwrap();
-    let cases: [(&[&str], &str); 3] = [
+    let gptq = [
+        "eval",
+        "ppl",
+        MODEL,
+        "--ids",
+        ids,
+        "--window",
+        "2",
+        "--quant",
+        "w4a8",
+        "--quant-method",
+        "gptq",
+    ];
+    let gptq_text = [&gptq[..], &["--calib", TEXT]].concat();
+    let cases: [(&[&str], &str); 5] = [
         (
             &["eval", "ppl", MODEL, "--ids", ids, "--window", "4"],
             "index out of range",
@@ -95,6 +135,8 @@ fn bad_input_is_refused_with_exit_code_2() {
             "fewer than one window",
         ),
         (&["eval", "ppl", MODEL, "--text", TEXT], "--tokenizer"),
+        (&gptq, "needs calibration samples"),
+        (&gptq_text, "needs --calib-tokenizer"),
     ];
     for (args, want) in cases {
         let o = slmcc(args);

@@ -207,6 +207,13 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let t0 = Instant::now();
     let mut module = load_module(model)?;
     let import_ms = ms(t0);
+    super::load::calibrate(
+        &mut module,
+        &args.quant,
+        &choice.quant,
+        model,
+        &slmcc_backends::cpu::CpuOptions::default(),
+    )?;
     let records = slmcc_passes::run_pipeline(&mut module, &pipeline)
         .with_context(|| format!("{}", model.display()))?;
 

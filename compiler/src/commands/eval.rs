@@ -17,7 +17,7 @@ use slmcc::pipeline::quant_name;
 use slmcc_ir::Tensor;
 use slmcc_runtime::{npy, Capture};
 
-use super::load::{entry_graph, execute, load_module, prepare_quantized, Backend};
+use super::load::{calibrate, entry_graph, execute, load_module, prepare_quantized, Backend};
 use super::tokenize::Tokenizer;
 use crate::cli::{EvalAction, EvalArgs, EvalPplArgs, QuantScheme};
 use crate::exit::CmdResult;
@@ -94,6 +94,8 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
             a.model.display()
         );
     }
+    let cpu = a.threads.cpu_options();
+    calibrate(&mut module, &a.quant, &quant, &a.model, &cpu)?;
     prepare_quantized(&mut module, quant, &a.model)?;
     let graph = entry_graph(&module)?;
     let input = graph
@@ -108,7 +110,6 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
         );
     }
     let backend = Backend::from(a.backend);
-    let cpu = a.threads.cpu_options();
     let start = Instant::now();
     let (mut nll, mut scored) = (0.0f64, 0usize);
     for (i, w) in ids.chunks_exact(window).enumerate() {

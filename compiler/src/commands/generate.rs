@@ -99,6 +99,13 @@ fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::R
     } = loaded;
     if package.is_none() {
         let quant = args.quant.get(QuantScheme::None)?;
+        super::load::calibrate(
+            &mut module,
+            &args.quant,
+            &quant,
+            path,
+            &args.threads.cpu_options(),
+        )?;
         let sizes = parse_buckets(&args.buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
         let (mut kv, last_logits) = args.kv.options()?;
         // The reference engine has no buckets, but steps as long as the

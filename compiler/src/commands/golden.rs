@@ -27,7 +27,7 @@ use slmcc_runtime::{npy, Capture};
 
 use slmcc::pipeline::quant_name;
 
-use super::load::{entry_graph, execute, load_module, prepare_quantized, Backend};
+use super::load::{calibrate, entry_graph, execute, load_module, prepare_quantized, Backend};
 use crate::cli::{GoldenAction, GoldenArgs, GoldenCheckArgs, QuantScheme};
 use crate::exit::{CmdResult, Failure};
 
@@ -161,6 +161,8 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
     for arg in &args.goldens {
         let m = read_manifest(arg, tolerance)?;
         let mut module = load_module(&m.model)?;
+        let cpu = args.threads.cpu_options();
+        calibrate(&mut module, &args.quant, &quant, &m.model, &cpu)?;
         prepare_quantized(&mut module, quant, &m.model)?;
         let graph = entry_graph(&module)?;
         let producers = graph.producers();

@@ -11,6 +11,7 @@ use slmcc_backends::npu::Target;
 use slmcc_ir::placement::NpuOps;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
+use slmcc_passes::transforms::quantize::Method;
 use slmcc_runtime::aot::{host_triple, AotKernels};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
@@ -19,7 +20,7 @@ use slmcc_runtime::npu_sim::npu_utilisation;
 use slmcc_runtime::package::{Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
-use crate::cli::BackendArg;
+use crate::cli::{BackendArg, QuantArgs};
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +99,81 @@ pub fn prepare_quantized(module: &mut Module, quant: Quant, path: &Path) -> anyh
         .quantized(quant)
         .run(module)
         .with_context(|| format!("{}", path.display()))?;
+    Ok(())
+}
+
+/// For `--quant-method gptq`: fuses `module` and adds the calibration
+/// Hessians of its entry graph's weights from `--calib`
+/// ([`slmcc::calibrate`]); nothing for other methods, and an error when
+/// gptq has no `--calib`. The `quantize` pass that follows reads them.
+pub fn calibrate(
+    module: &mut Module,
+    args: &QuantArgs,
+    quant: &Quant,
+    path: &Path,
+    cpu: &CpuOptions,
+) -> anyhow::Result<()> {
+    if !quant.is_some_and(|q| q.method == Method::Gptq) {
+        if args.calib.is_some() {
+            tracing::warn!("--calib is read by --quant-method gptq only; ignored");
+        }
+        return Ok(());
+    }
+    let Some(file) = &args.calib else {
+        bail!("--quant-method gptq needs calibration samples: --calib FILE");
+    };
+    let ids = match (
+        file.extension().and_then(|e| e.to_str()),
+        &args.calib_tokenizer,
+    ) {
+        (Some("npy"), _) => {
+            let t =
+                slmcc_runtime::npy::read(file).map_err(|e| anyhow!("{}: {e}", file.display()))?;
+            if !t.dtype().is_int() {
+                bail!(
+                    "{}: token ids must be integers, not {}",
+                    file.display(),
+                    t.dtype()
+                );
+            }
+            t.to_i64_vec()
+        }
+        (_, Some(tok)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            super::tokenize::Tokenizer::load(tok)?.encode(&text)?
+        }
+        (_, None) => bail!(
+            "{}: a --calib text needs --calib-tokenizer (or give token ids as .npy)",
+            file.display()
+        ),
+    };
+    let window = args.calib_window.max(1);
+    let windows: Vec<Vec<i64>> = ids
+        .chunks_exact(window)
+        .take(args.calib_windows)
+        .map(<[i64]>::to_vec)
+        .collect();
+    if windows.is_empty() {
+        bail!(
+            "{}: {} tokens are fewer than one calibration window of {window}",
+            file.display(),
+            ids.len()
+        );
+    }
+    Pipeline::fusion()
+        .run(module)
+        .with_context(|| format!("{}", path.display()))?;
+    let graph = entry_graph(module)?.name.clone();
+    let start = std::time::Instant::now();
+    let s = slmcc::calibrate::add_hessians(module, &graph, &windows, cpu)
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    tracing::info!(
+        "calibration: {} windows of {window} tokens, Hessians of {} weights, {:.1} s",
+        s.windows,
+        s.weights,
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -77,6 +77,8 @@ pub fn run(args: ReportArgs) -> CmdResult {
     let mut module = load_module(path)?;
     let planned_now = module.plans.is_empty();
     if planned_now {
+        let cpu = slmcc_backends::cpu::CpuOptions::default();
+        super::load::calibrate(&mut module, &args.quant, &quant, path, &cpu)?;
         let buckets = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
         let sizes = parse_buckets(buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
         Pipeline::fusion()

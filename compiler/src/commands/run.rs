@@ -17,7 +17,7 @@ use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    cpu_kernels, entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels,
+    calibrate, cpu_kernels, entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels,
     prepare_quantized, read_tensor, Backend, Loaded,
 };
 use super::profile::{Phases, Profile};
@@ -48,6 +48,10 @@ pub fn run(args: RunArgs) -> CmdResult {
             args.model.display()
         )
         .into());
+    }
+    if !is_package {
+        let cpu = args.threads.cpu_options();
+        calibrate(&mut module, &args.quant, &quant, &args.model, &cpu)?;
     }
     let profile = args.profile.then(Profile::new);
     let started = Instant::now();

@@ -4,6 +4,7 @@
 //! op itself.
 
 pub mod glu;
+pub mod gptq;
 pub mod rtn;
 
 use std::collections::{BTreeSet, HashMap};
@@ -13,6 +14,7 @@ use slmcc_ir::verify::node_label;
 use slmcc_ir::{DType, Graph, Module, Op, TensorType, ValueDef, ValueId, WeightStore};
 
 use self::glu::QWeight;
+use self::gptq::Gptq;
 use self::rtn::{Rtn, Scheme, WeightQuantizer};
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
@@ -54,13 +56,50 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "lm-head",
         help: "linear layers kept in f32: lm-head (a matmul producing a graph output) or none",
     },
+    OptionSpec {
+        name: "method",
+        kind: OptionKind::Enum(&["rtn", "gptq"]),
+        default: "rtn",
+        help: "rtn (round to nearest) or gptq (needs each weight's calibration Hessian as the module weight `<weight>.hessian`: `--calib`)",
+    },
 ];
+
+/// The suffix of the module weight holding a weight's calibration Hessian
+/// (`@w.hessian`, `f32[K, K]`: the mean of `xᵀx` over the calibration
+/// rows of its activations), which `method=gptq` reads.
+pub const HESSIAN_SUFFIX: &str = ".hessian";
+
+/// How `quantize` rounds (`method=rtn|gptq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// Round to nearest ([`rtn::Rtn`]).
+    Rtn,
+    /// GPTQ with the calibration Hessians ([`gptq::Gptq`]).
+    Gptq,
+}
+
+/// The products `quantize` may quantize in `g`, as (activation operand,
+/// weight names): a `matmul` by one weight, or a gated MLP by its
+/// weights. What calibration collects statistics for.
+pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
+    (0..g.nodes.len())
+        .filter_map(|i| {
+            let ws = match g.nodes[i].op {
+                Op::Glu(_) => glu_weights(g, i)?,
+                _ => vec![weight_operand(g, i)?],
+            };
+            Some((g.nodes[i].inputs[0], ws))
+        })
+        .collect()
+}
 
 /// Replaces every `matmul %x, @w` whose `@w` is a 2-D `f32` module weight
 /// and `%x` an `f32` operand of rank >= 2 by `qmatmul %x, @w.q, @w.scale`
 /// (see the `qmatmul` op for the exact semantics), with `@w.q`/`@w.scale`
 /// new module weights held in memory, computed from `@w`'s data by
-/// round-to-nearest ([`rtn::Rtn`]): `weights=int8` gives `i8` weights with
+/// round-to-nearest ([`rtn::Rtn`]), or with `method=gptq` by GPTQ from the
+/// calibration Hessian `@w.hessian` ([`gptq::Gptq`]; the driver's
+/// `--calib` adds them, the pass removes them): `weights=int8` gives `i8` weights with
 /// one scale per output channel, `weights=int4` gives `i4` weights with one
 /// scale per `group` rows of `K` and output column (`group=0`: per output
 /// channel). A weight used by several matmuls (or graphs) is quantized once.
@@ -90,7 +129,8 @@ pub const OPTIONS: &[OptionSpec] = &[
 /// plans (the weights region changed), which the pass manager drops when
 /// this pass changes the module: plan again after it.
 ///
-/// Requires: a verified module whose quantized weights have data loaded.
+/// Requires: a verified module whose quantized weights have data loaded
+/// (with `method=gptq`, each with its `@w.hessian`).
 /// Fails, naming the graph and node, otherwise. Guarantees: a module that
 /// verifies; graph signatures unchanged. Statistics: `matmuls-quantized`,
 /// `matmuls-kept` (weight matmuls left in `f32`), `glus-fused` (`swiglu`s
@@ -135,6 +175,7 @@ pub struct QuantizeOptions {
     pub keep_lm_head: bool,
     /// INT8 activations, or `f32` ones (weight-only quantization).
     pub activations: QActivations,
+    pub method: Method,
 }
 
 impl QuantizeOptions {
@@ -146,6 +187,7 @@ impl QuantizeOptions {
             glus: Glus::Fuse,
             keep_lm_head: true,
             activations: QActivations::Int8,
+            method: Method::Rtn,
         }
     }
 
@@ -184,6 +226,10 @@ impl QuantizeOptions {
                 "f32" => QActivations::F32,
                 _ => QActivations::Int8,
             },
+            method: match o.str("method") {
+                "gptq" => Method::Gptq,
+                _ => Method::Rtn,
+            },
         }
     }
 
@@ -218,6 +264,9 @@ impl QuantizeOptions {
         if self.weights == WeightBits::Int4 {
             values.push(("group", self.group.to_string()));
         }
+        if self.method == Method::Gptq {
+            values.push(("method", "gptq".to_string()));
+        }
         crate::options::render_entry("quantize", OPTIONS, &values)
     }
 
@@ -234,6 +283,7 @@ impl QuantizeOptions {
             glus: self.glus,
             keep_lm_head: self.keep_lm_head,
             activations: self.activations,
+            method: self.method,
         }
     }
 }
@@ -246,6 +296,7 @@ struct Config {
     glus: Glus,
     keep_lm_head: bool,
     activations: QActivations,
+    method: Method,
 }
 
 /// A weight already quantized: the new weights' names and the op.
@@ -340,6 +391,19 @@ impl Pass for Quantize {
         for w in originals {
             if module.graphs.iter().all(|g| g.find_weight(w).is_none()) {
                 module.weights.remove(w);
+            }
+        }
+        // Calibration statistics are the pass's input only.
+        let hessians: Vec<String> = module
+            .weights
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| n.ends_with(HESSIAN_SUFFIX))
+            .map(str::to_string)
+            .collect();
+        for h in hessians {
+            if module.graphs.iter().all(|g| g.find_weight(&h).is_none()) {
+                module.weights.remove(&h);
             }
         }
         let changed = count.quantized + count.glus_split + count.glus_fused > 0;
@@ -447,9 +511,24 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
         bits: cfg.bits,
         group,
     };
-    let qw = Rtn
-        .quantize(&data, scheme)
-        .map_err(|e| format!("weight @{name} ({}): {e}", Rtn.name()))?;
+    let qw =
+        match cfg.method {
+            Method::Rtn => Rtn
+                .quantize(&data, scheme)
+                .map_err(|e| format!("weight @{name} ({}): {e}", Rtn.name()))?,
+            Method::Gptq => {
+                let hname = format!("{name}{HESSIAN_SUFFIX}");
+                let h = store.tensor(&hname).map_err(|e| e.to_string())?.ok_or_else(|| {
+                format!("weight @{name} has no calibration Hessian @{hname} (gptq needs --calib)")
+            })?;
+                let hessian = h
+                    .as_f32()
+                    .ok_or_else(|| format!("@{hname} is {}, not f32", h.dtype()))?;
+                let gptq = Gptq { hessian };
+                gptq.quantize(&data, scheme)
+                    .map_err(|e| format!("weight @{name} ({}): {e}", gptq.name()))?
+            }
+        };
     let op = QMatMul {
         activations: cfg.activations,
         ..QMatMul::new(cfg.bits as i64, group as i64).map_err(|e| e.to_string())?

@@ -14,6 +14,8 @@ into testdata/models/trained/:
   exported as users do: transformers' default (`sdpa`) attention, `torch.onnx.export(...,
   dynamo=True, opset_version=18)`; one input `input_ids` [1, seq], one output `logits`;
 * `heldout.txt`: the held-out split (text), on which `slmcc eval ppl` measures;
+* `calib.txt`: calibration text for the quantization methods (`--calib`), about 5% of
+  the training documents (`--calib-only` writes just this file, without torch);
 * `trained.json`: the recipe's settings, the corpus digest, the loss curve and the FP32
   held-out perplexity of torch and of onnxruntime on the protocol below.
 
@@ -99,6 +101,12 @@ def split(docs: list[str]) -> tuple[list[str], list[str]]:
     return train, held
 
 
+def calibration_docs(train: list[str]) -> list[str]:
+    """The training documents whose SHA-256 starts with a byte in 13..26 (about 5%): the
+    calibration text of the quantization methods, from the training split."""
+    return [d for d in train if 13 <= hashlib.sha256(d.encode()).digest()[0] < 26]
+
+
 def make_tokenizer(train: list[str]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -146,11 +154,28 @@ def perplexity(logits_of, ids: list[int]) -> float:
     return math.exp(nll / count)
 
 
+def write_calib(train: list[str], out: Path) -> None:
+    text = PSF_NOTICE + "\n" + f"\n{EOT}\n".join(calibration_docs(train))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "calib.txt").write_text(text, encoding="utf-8")
+    print(f"calib.txt: {len(text)} characters")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--calib-only", action="store_true",
+                    help="write only calib.txt (no torch, no training)")
     args = ap.parse_args()
+    docs = corpus()
+    digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()
+    print(f"corpus: {len(docs)} documents, {sum(map(len, docs))} characters, sha256 {digest}")
+    if digest != CORPUS_SHA256:
+        sys.exit(f"the corpus differs from the recipe's ({CORPUS_SHA256}): another Python?")
+    if args.calib_only:
+        write_calib(split(docs)[0], args.out)
+        return
 
     import numpy as np
     import torch
@@ -160,11 +185,6 @@ def main() -> None:
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
 
-    docs = corpus()
-    digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()
-    print(f"corpus: {len(docs)} documents, {sum(map(len, docs))} characters, sha256 {digest}")
-    if digest != CORPUS_SHA256:
-        sys.exit(f"the corpus differs from the recipe's ({CORPUS_SHA256}): another Python?")
     train, held = split(docs)
     tok = make_tokenizer(train)
     train_ids = torch.tensor(stream(tok, train), dtype=torch.long)
@@ -222,6 +242,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     (out / "heldout.txt").write_text(held_text, encoding="utf-8")
+    write_calib(train, out)
 
     from generate import export
 

@@ -1,7 +1,6 @@
 //! Weight quantizers for `quantize`: the [`WeightQuantizer`] interface and
-//! round-to-nearest ([`Rtn`]), the one implementation so far. Methods that
-//! need calibration data (GPTQ, AWQ) fit the same interface: they produce
-//! the same `qmatmul` operands from a weight.
+//! round-to-nearest ([`Rtn`]); GPTQ (`gptq.rs`), which also needs the
+//! layer's calibration statistics, produces the same `qmatmul` operands.
 
 use slmcc_ir::ops::qmatmul::MAX_GROUP;
 use slmcc_ir::{DType, Tensor};
@@ -56,11 +55,7 @@ impl WeightQuantizer for Rtn {
         if g == 0 || g as i64 > MAX_GROUP || k % g != 0 {
             return Err(format!("K = {k} is not a multiple of group = {g}"));
         }
-        let (dtype, qmin, qmax) = match scheme.bits {
-            8 => (DType::I8, -127f32, 127f32),
-            4 => (DType::I4, -8f32, 7f32),
-            b => return Err(format!("{b}-bit weights are not supported (4 or 8)")),
-        };
+        let (dtype, qmin, qmax) = levels(scheme.bits)?;
         if data.iter().any(|v| !v.is_finite()) {
             return Err("weight has non-finite values".to_string());
         }
@@ -86,26 +81,48 @@ impl WeightQuantizer for Rtn {
                 }
             }
         }
-        let bytes: Vec<u8> = match dtype {
-            DType::I4 => q
-                .chunks(2)
-                .map(|p| (p[0] as u8 & 0x0f) | p.get(1).map_or(0, |&h| (h as u8 & 0x0f) << 4))
-                .collect(),
-            _ => q.iter().map(|&v| v as u8).collect(),
-        };
-        let q = Tensor::from_le_bytes(dtype, vec![k, n], &bytes).map_err(|e| e.to_string())?;
-        Ok(QuantizedWeight {
-            q,
-            scale: Tensor::from_f32(vec![groups, n], scale),
-        })
+        pack(dtype, (k, n), &q, scale)
     }
+}
+
+/// The stored type and the value range of `bits`-bit weights.
+pub(super) fn levels(bits: u8) -> Result<(DType, f32, f32), String> {
+    match bits {
+        8 => Ok((DType::I8, -127.0, 127.0)),
+        4 => Ok((DType::I4, -8.0, 7.0)),
+        b => Err(format!("{b}-bit weights are not supported (4 or 8)")),
+    }
+}
+
+/// `qmatmul`'s operands from row-major `[K, N]` values `q` (in range for
+/// `dtype`; `i4` packed two per byte, low nibble first) and the
+/// `[K / group, N]` scales.
+pub(super) fn pack(
+    dtype: DType,
+    (k, n): (usize, usize),
+    q: &[i8],
+    scale: Vec<f32>,
+) -> Result<QuantizedWeight, String> {
+    let bytes: Vec<u8> = match dtype {
+        DType::I4 => q
+            .chunks(2)
+            .map(|p| (p[0] as u8 & 0x0f) | p.get(1).map_or(0, |&h| (h as u8 & 0x0f) << 4))
+            .collect(),
+        _ => q.iter().map(|&v| v as u8).collect(),
+    };
+    let groups = scale.len() / n.max(1);
+    let q = Tensor::from_le_bytes(dtype, vec![k, n], &bytes).map_err(|e| e.to_string())?;
+    Ok(QuantizedWeight {
+        q,
+        scale: Tensor::from_f32(vec![groups, n], scale),
+    })
 }
 
 /// `x.round_ties_even()` for `|x| <= 2^22` (here `|w / scale| <= qmax`
 /// up to rounding): adding and removing 2^23 rounds to an integer in the
 /// current (nearest-even) mode, without the libm call `round_ties_even`
 /// becomes on x86-64's baseline.
-fn round_half_even(x: f32) -> f32 {
+pub(super) fn round_half_even(x: f32) -> f32 {
     const MAGIC: f32 = 8_388_608.0; // 2^23
     debug_assert!(x.abs() <= MAGIC / 2.0);
     ((x.abs() + MAGIC) - MAGIC).copysign(x)
