@@ -103,6 +103,43 @@ fn gptq_beats_round_to_nearest_at_4_bits() {
     assert!(gptq < rtn, "gptq {gptq} vs rtn {rtn}");
 }
 
+/// A package compiled with GPTQ names its method and its calibration set.
+#[test]
+fn a_calibrated_package_records_its_calibration_set() {
+    let dir = std::env::temp_dir().join(format!("slmcc-calib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pkg = dir.join("gptq.slmpkg");
+    let o = slmcc(&[
+        "compile",
+        MODEL,
+        "--target",
+        "rk3588",
+        "--quant",
+        "w4a8",
+        "--quant-method",
+        "gptq",
+        "--calib",
+        "testdata/models/trained/calib.txt",
+        "--calib-tokenizer",
+        TOKENIZER,
+        "--calib-windows",
+        "2",
+        "--buckets",
+        "16",
+        "-o",
+        pkg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = slmcc(&["report", pkg.to_str().unwrap()]);
+    let report = stdout(&o);
+    assert!(report.contains("method=gptq"), "{report}");
+    assert!(
+        report.contains("calibrated sha256 ") && report.contains("2 windows of 128 tokens"),
+        "{report}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_input_is_refused_with_exit_code_2() {
     let dir = std::env::temp_dir().join(format!("slmcc-eval-{}", std::process::id()));

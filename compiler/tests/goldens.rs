@@ -94,10 +94,13 @@ fn every_golden_model_quantized_w4a8_stays_within_tolerance_on_cpu() {
     check_all_with("cpu", &["--quant", "w4a8"]);
 }
 
-/// Quantized with the linear layers on the NPU simulator (the rest on the
-/// cpu backend): the same tolerances, since the NPU kernels are bit-exact.
+/// Quantized with the W8A8 products on the register interface's
+/// functional model (the rest, 4-bit products included, on the cpu
+/// backend): the same tolerances, since those tasks are bit-exact; and
+/// unquantized, where everything runs on the cpu kernels, with cpu's.
 #[test]
-fn every_golden_model_quantized_stays_within_tolerance_on_npu_sim() {
+fn every_golden_model_stays_within_tolerance_on_npu_sim() {
     check_all_with("npu-sim", &["--quant", "w8a8"]);
     check_all_with("npu-sim", &["--quant", "w4a8"]);
+    check_all_with("npu-sim", &[]);
 }

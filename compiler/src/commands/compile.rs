@@ -207,7 +207,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let t0 = Instant::now();
     let mut module = load_module(model)?;
     let import_ms = ms(t0);
-    super::load::calibrate(
+    let calibration = super::load::calibrate(
         &mut module,
         &args.quant,
         &choice.quant,
@@ -319,6 +319,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
             pipeline: pipeline.clone(),
             buckets: graphs.iter().map(|&(_, s)| s).collect(),
             fma: cpu_options.fma,
+            calibration: calibration.unwrap_or_default(),
         }),
         module: module.name.clone(),
         entry,

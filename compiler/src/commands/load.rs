@@ -106,18 +106,20 @@ pub fn prepare_quantized(module: &mut Module, quant: Quant, path: &Path) -> anyh
 /// Hessians of its entry graph's weights from `--calib`
 /// ([`slmcc::calibrate`]); nothing for other methods, and an error when
 /// gptq has no `--calib`. The `quantize` pass that follows reads them.
+/// Returns what identifies the calibration set (the SHA-256 of the ids
+/// used, and their windows), or `None` when there was none.
 pub fn calibrate(
     module: &mut Module,
     args: &QuantArgs,
     quant: &Quant,
     path: &Path,
     cpu: &CpuOptions,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     if !quant.is_some_and(|q| q.method == Method::Gptq) {
         if args.calib.is_some() {
             tracing::warn!("--calib is read by --quant-method gptq only; ignored");
         }
-        return Ok(());
+        return Ok(None);
     }
     let Some(file) = &args.calib else {
         bail!("--quant-method gptq needs calibration samples: --calib FILE");
@@ -174,7 +176,16 @@ pub fn calibrate(
         s.weights,
         start.elapsed().as_secs_f64()
     );
-    Ok(())
+    let bytes: Vec<u8> = windows
+        .iter()
+        .flatten()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    Ok(Some(format!(
+        "sha256 {}, {} windows of {window} tokens",
+        slmcc_runtime::package::hex(&slmcc_runtime::package::sha256(&bytes)),
+        windows.len()
+    )))
 }
 
 /// Runs `graph` of `module` on `backend` (prepared by [`prepare`]), the

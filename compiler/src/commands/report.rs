@@ -160,6 +160,9 @@ fn package_report(pkg: &Package) -> String {
         if o.fma { "on" } else { "off" }
     );
     let _ = writeln!(out, "  pipeline   {}", o.pipeline);
+    if !o.calibration.is_empty() {
+        let _ = writeln!(out, "  calibrated {}", o.calibration);
+    }
     let _ = writeln!(
         out,
         "  source     {} sha256 {}",

@@ -93,6 +93,11 @@ pub struct TargetOptions {
     /// Whether matmul-like kernels use fused multiply-add.
     #[prost(bool, tag = "5")]
     pub fma: bool,
+    /// The calibration set of a calibrated quantization (`--calib`): the
+    /// SHA-256 of the token ids used (little-endian i64) and their windows,
+    /// `sha256 <hex>, 128 windows of 128 tokens`; empty without one.
+    #[prost(string, tag = "6")]
+    pub calibration: String,
 }
 
 /// One bucket graph.
