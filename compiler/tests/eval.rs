@@ -11,6 +11,17 @@ use common::{repo, slmcc, stderr, stdout};
 const MODEL: &str = "testdata/models/trained/llama_trained.onnx";
 const TEXT: &str = "testdata/models/trained/heldout.txt";
 const TOKENIZER: &str = "testdata/models/trained/tokenizer.json";
+/// W4A8 by GPTQ, calibrated on the training split's text.
+const GPTQ_W4A8: [&str; 8] = [
+    "--quant",
+    "w4a8",
+    "--quant-method",
+    "gptq",
+    "--calib",
+    "testdata/models/trained/calib.txt",
+    "--calib-tokenizer",
+    TOKENIZER,
+];
 
 /// The perplexity `eval ppl` prints on the first 1024 held-out tokens.
 fn ppl(extra: &[&str]) -> f64 {
@@ -83,18 +94,7 @@ fn quantized_perplexity_stays_close_to_fp32() {
 fn gptq_beats_round_to_nearest_at_4_bits() {
     let fp32 = recorded();
     let rtn = ppl(&["--quant", "w4a8"]);
-    let gptq = ppl(&[
-        "--quant",
-        "w4a8",
-        "--quant-method",
-        "gptq",
-        "--calib",
-        "testdata/models/trained/calib.txt",
-        "--calib-tokenizer",
-        TOKENIZER,
-        "--calib-windows",
-        "16",
-    ]);
+    let gptq = ppl(&[&GPTQ_W4A8[..], &["--calib-windows", "16"]].concat());
     eprintln!(
         "w4a8: rtn {:+.2}%, gptq {:+.2}% from fp32",
         100.0 * (rtn / fp32 - 1.0),
@@ -109,26 +109,17 @@ fn a_calibrated_package_records_its_calibration_set() {
     let dir = std::env::temp_dir().join(format!("slmcc-calib-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pkg = dir.join("gptq.slmpkg");
-    let o = slmcc(&[
+    let out = pkg.to_str().unwrap();
+    let head = [
         "compile",
         MODEL,
         "--target",
         "rk3588",
-        "--quant",
-        "w4a8",
-        "--quant-method",
-        "gptq",
-        "--calib",
-        "testdata/models/trained/calib.txt",
-        "--calib-tokenizer",
-        TOKENIZER,
         "--calib-windows",
         "2",
-        "--buckets",
-        "16",
-        "-o",
-        pkg.to_str().unwrap(),
-    ]);
+    ];
+    let tail = ["--buckets", "16", "-o", out];
+    let o = slmcc(&[&head[..], &GPTQ_W4A8, &tail].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let o = slmcc(&["report", pkg.to_str().unwrap()]);
     let report = stdout(&o);
