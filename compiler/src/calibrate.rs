@@ -18,7 +18,7 @@ use slmcc_ir::{Module, Tensor};
 use slmcc_passes::transforms::quantize::{calibration_points, HESSIAN_SUFFIX};
 use slmcc_runtime::Capture;
 
-use crate::unplanned::run_graph_jit;
+use crate::unplanned::JitRunner;
 
 /// What calibration saw.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,12 +49,23 @@ pub fn add_hessians(
     let names: HashSet<String> = points.iter().map(|(x, _)| x.clone()).collect();
     let mut sums: HashMap<String, (usize, Vec<f64>)> = HashMap::new();
     let mut rows = 0;
+    // Compiled once per window length (the windows are usually all one).
+    let mut runners: HashMap<usize, JitRunner> = HashMap::new();
+    let capture = Capture::Names(names.clone());
     for (i, w) in windows.iter().enumerate() {
         let inputs = [(
             "input_ids".to_string(),
             Tensor::from_i64(vec![1, w.len()], w.clone()),
         )];
-        let result = run_graph_jit(module, g, &inputs, &Capture::Names(names.clone()), options)
+        let runner = match runners.entry(w.len()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                JitRunner::new(module, g, &inputs, options)
+                    .map_err(|e| format!("calibration: {e}"))?,
+            ),
+        };
+        let result = runner
+            .run(&inputs, &capture)
             .map_err(|e| format!("calibration window {i}: {e}"))?;
         rows += w.len();
         for name in &names {
@@ -97,18 +108,39 @@ pub fn add_hessians(
 }
 
 /// `h += Σ_r x_rᵀ x_r` over the rows of `x` (`[rows, k]`, row-major);
-/// `h` is `[k, k]`.
+/// `h` is `[k, k]`. One `Xᵀ·X` product in f64 (the `gemm` crate).
 fn accumulate_gram(h: &mut [f64], x: &[f32], k: usize) {
-    for row in x.chunks_exact(k) {
-        let r: Vec<f64> = row.iter().map(|&v| f64::from(v)).collect();
-        for (i, &a) in r.iter().enumerate() {
-            if a == 0.0 {
-                continue;
-            }
-            for (hv, &b) in h[i * k..(i + 1) * k].iter_mut().zip(&r) {
-                *hv += a * b;
-            }
-        }
+    let rows = x.len() / k.max(1);
+    if rows == 0 {
+        return;
+    }
+    let xd: Vec<f64> = x[..rows * k].iter().map(|&v| f64::from(v)).collect();
+    assert_eq!(h.len(), k * k, "h is [k, k]");
+    // SAFETY: `h` holds k×k values and `xd` rows×k; the strides below
+    // address `Xᵀ` (k×rows: element (i, r) at r·k + i), `X` (rows×k) and
+    // `h` (k×k, row-major) within them.
+    unsafe {
+        gemm::gemm(
+            k,
+            k,
+            rows,
+            h.as_mut_ptr(),
+            1,
+            k as isize,
+            true,
+            xd.as_ptr(),
+            k as isize,
+            1,
+            xd.as_ptr(),
+            1,
+            k as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
     }
 }
 
@@ -117,9 +149,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gram_of_two_rows() {
+    fn gram_of_two_rows_accumulates() {
         let mut h = vec![0f64; 4];
         accumulate_gram(&mut h, &[1.0, 2.0, 3.0, 0.0], 2);
         assert_eq!(h, [10.0, 2.0, 2.0, 4.0]);
+        accumulate_gram(&mut h, &[1.0, 1.0], 2);
+        assert_eq!(h, [11.0, 3.0, 3.0, 5.0]);
+    }
+
+    /// Against the plain sum on a wider, odd-sized input.
+    #[test]
+    fn gram_equals_the_plain_sum() {
+        let (rows, k) = (37, 19);
+        let x: Vec<f32> = (0..rows * k)
+            .map(|i| ((i * 7919) % 23) as f32 - 11.0)
+            .collect();
+        let mut h = vec![0f64; k * k];
+        accumulate_gram(&mut h, &x, k);
+        for i in 0..k {
+            for j in 0..k {
+                let want: f64 = (0..rows)
+                    .map(|r| f64::from(x[r * k + i]) * f64::from(x[r * k + j]))
+                    .sum();
+                assert_eq!(h[i * k + j], want, "({i}, {j})");
+            }
+        }
     }
 }

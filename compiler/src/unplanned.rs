@@ -73,6 +73,23 @@ fn run_specialized<K: KernelSet>(
     Ok(result)
 }
 
+/// The JIT's kernels for `g` (a specialised graph of base graph `base`),
+/// a failure naming the node.
+fn jit_kernels(base: &str, g: &Graph, options: &CpuOptions) -> Result<JitKernels, RunError> {
+    JitKernels::compile(g, options).map_err(|e| match e {
+        CpuError::AtNode { node, source, .. } => RunError {
+            graph: base.to_string(),
+            node: Some(node),
+            message: format!("cpu backend: {source}"),
+        },
+        e => RunError {
+            graph: base.to_string(),
+            node: None,
+            message: format!("cpu backend: {e}"),
+        },
+    })
+}
+
 /// Binds, specialises, compiles and runs `graph` of `module` on the JIT.
 pub fn run_graph_jit(
     module: &Module,
@@ -82,19 +99,48 @@ pub fn run_graph_jit(
     options: &CpuOptions,
 ) -> Result<RunResult, RunError> {
     run_specialized(module, graph, inputs, capture, |_, g| {
-        JitKernels::compile(g, options).map_err(|e| match e {
-            CpuError::AtNode { node, source, .. } => RunError {
-                graph: graph.name.clone(),
-                node: Some(node),
-                message: format!("cpu backend: {source}"),
-            },
-            e => RunError {
-                graph: graph.name.clone(),
-                node: None,
-                message: format!("cpu backend: {e}"),
-            },
-        })
+        jit_kernels(&graph.name, g, options)
     })
+}
+
+/// `graph` of `module` specialised to one set of input shapes and
+/// compiled once on the JIT, then run as often as wanted on inputs of
+/// those shapes ([`run_graph_jit`] without compiling every time: what
+/// calibration and `eval ppl` do over many windows of one length).
+pub struct JitRunner {
+    special: Module,
+    kernels: JitKernels,
+    symbols: HashMap<String, i64>,
+}
+
+impl JitRunner {
+    /// Specialises `graph` to the shapes of `inputs` and compiles it.
+    pub fn new(
+        module: &Module,
+        graph: &Graph,
+        inputs: &[(String, Tensor)],
+        options: &CpuOptions,
+    ) -> Result<JitRunner, RunError> {
+        let (special, symbols) = specialize_to_inputs(module, graph, inputs)?;
+        let kernels = jit_kernels(&graph.name, &special.graphs[0], options)?;
+        Ok(JitRunner {
+            special,
+            kernels,
+            symbols,
+        })
+    }
+
+    /// One run on `inputs`, which must have the shapes it was built for.
+    pub fn run(
+        &self,
+        inputs: &[(String, Tensor)],
+        capture: &Capture,
+    ) -> Result<RunResult, RunError> {
+        let g = &self.special.graphs[0];
+        let mut result = run_static(&self.special, g, inputs, capture, &self.kernels)?;
+        result.symbols = self.symbols.clone();
+        Ok(result)
+    }
 }
 
 /// Binds, specialises and runs `graph` of `module` with the NPU nodes (of

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::quant_name;
+use slmcc::unplanned::JitRunner;
 use slmcc_ir::Tensor;
 use slmcc_runtime::{npy, Capture};
 
@@ -112,13 +113,26 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
     let backend = Backend::from(a.backend);
     let start = Instant::now();
     let (mut nll, mut scored) = (0.0f64, 0usize);
+    // On cpu every window has one shape: compiled once.
+    let mut runner: Option<JitRunner> = None;
     for (i, w) in ids.chunks_exact(window).enumerate() {
         let inputs = [(
             "input_ids".to_string(),
             Tensor::from_i64(vec![1, window], w.to_vec()),
         )];
-        let result = execute(backend, &cpu, &module, graph, &inputs, &Capture::Nothing)
-            .map_err(|e| anyhow!("{}: window {i}: {e}", a.model.display()))?;
+        let at = |e: &dyn std::fmt::Display| anyhow!("{}: window {i}: {e}", a.model.display());
+        let result = match backend {
+            Backend::Cpu => {
+                if runner.is_none() {
+                    runner =
+                        Some(JitRunner::new(&module, graph, &inputs, &cpu).map_err(|e| at(&e))?);
+                }
+                let r = runner.as_ref().expect("built above");
+                r.run(&inputs, &Capture::Nothing)
+            }
+            _ => execute(backend, &cpu, &module, graph, &inputs, &Capture::Nothing),
+        }
+        .map_err(|e| at(&e))?;
         let (name, logits) = result
             .outputs
             .first()
