@@ -766,7 +766,8 @@ pub struct GoldenArgs {
 pub enum GoldenAction {
     /// Run each model on its golden inputs and compare every recorded layer.
     Check(GoldenCheckArgs),
-    /// Record our own per-layer outputs as goldens (for bit-exact checks of quantized kernels).
+    /// Not built yet (exits 2): goldens are recorded from onnxruntime by
+    /// testdata/models/goldens.py.
     Record(GoldenCheckArgs),
 }
 
