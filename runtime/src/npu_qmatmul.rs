@@ -80,11 +80,10 @@ impl NpuQMatMul {
         assert_eq!(q.len(), k * n, "weights");
         assert_eq!(scale.len(), k / group * n, "scales");
         // Zero channels at the end of each group and zero kernels at the
-        // end of N: both add nothing to any sum.
+        // end of N (the plan's K and N): both add nothing to any sum.
         let groups = k / group;
-        let padded_group = group.next_multiple_of(K_ALIGN as usize);
-        let np = n.next_multiple_of(N_ALIGN as usize);
-        let kp = groups * padded_group;
+        let (kp, np) = (plan.k as usize, plan.n as usize);
+        let padded_group = kp / groups;
         let mut qp = vec![0i8; kp * np];
         for kk in 0..k {
             let row = kk / group * padded_group + kk % group;

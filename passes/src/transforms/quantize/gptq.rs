@@ -19,7 +19,7 @@
 
 use slmcc_ir::Tensor;
 
-use super::rtn::{levels, pack, round_half_even, QuantizedWeight, Scheme};
+use super::rtn::{checked, pack, QuantizedWeight, Scheme};
 
 /// Damping: this fraction of the mean diagonal is added to the diagonal.
 pub const DAMP: f64 = 0.01;
@@ -37,26 +37,17 @@ impl Gptq<'_> {
 
     /// Quantizes `w` under `scheme` (see the module docs).
     pub fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
-        let [k, n] = *w.shape() else {
-            return Err(format!("weight of shape {:?} is not 2-D", w.shape()));
-        };
-        let Some(data) = w.as_f32() else {
-            return Err(format!("weight is {}, not f32", w.dtype()));
-        };
+        let ((k, n), data, levels) = checked(w, scheme)?;
         let g = scheme.group;
-        if g == 0 || k % g != 0 {
-            return Err(format!("K = {k} is not a multiple of group = {g}"));
-        }
         if self.hessian.len() != k * k {
             return Err(format!(
                 "a Hessian of {} values for K = {k}",
                 self.hessian.len()
             ));
         }
-        if data.iter().chain(self.hessian).any(|v| !v.is_finite()) {
-            return Err("weight or Hessian has non-finite values".to_string());
+        if self.hessian.iter().any(|v| !v.is_finite()) {
+            return Err("the Hessian has non-finite values".to_string());
         }
-        let (dtype, qmin, qmax) = levels(scheme.bits)?;
         let mut wv: Vec<f64> = data.iter().map(|&v| f64::from(v)).collect();
         let mut h: Vec<f64> = self.hessian.iter().map(|&v| f64::from(v)).collect();
         for i in 0..k {
@@ -83,14 +74,14 @@ impl Gptq<'_> {
                     }
                 }
                 for m in s.iter_mut() {
-                    *m = if *m == 0.0 { 1.0 } else { *m / qmax };
+                    *m = levels.scale(*m);
                 }
             }
             let d = u[r * k + r];
             for c in 0..n {
                 let v = wv[r * n + c];
-                let qv = round_half_even((v as f32) / s[c]).clamp(qmin, qmax);
-                q[r * n + c] = qv as i8;
+                let qv = levels.round(v as f32, s[c]);
+                q[r * n + c] = qv;
                 err[c] = (v - f64::from(qv) * f64::from(s[c])) / d;
             }
             for j in r + 1..k {
@@ -102,7 +93,7 @@ impl Gptq<'_> {
                 }
             }
         }
-        pack(dtype, (k, n), &q, scale)
+        pack(levels.dtype, (k, n), &q, scale)
     }
 }
 

@@ -45,20 +45,8 @@ impl WeightQuantizer for Rtn {
     }
 
     fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
-        let [k, n] = *w.shape() else {
-            return Err(format!("weight of shape {:?} is not 2-D", w.shape()));
-        };
-        let Some(data) = w.as_f32() else {
-            return Err(format!("weight is {}, not f32", w.dtype()));
-        };
+        let ((k, n), data, levels) = checked(w, scheme)?;
         let g = scheme.group;
-        if g == 0 || g as i64 > MAX_GROUP || k % g != 0 {
-            return Err(format!("K = {k} is not a multiple of group = {g}"));
-        }
-        let (dtype, qmin, qmax) = levels(scheme.bits)?;
-        if data.iter().any(|v| !v.is_finite()) {
-            return Err("weight has non-finite values".to_string());
-        }
         let groups = k / g;
         // Row-major passes (cache-friendly for wide weights): per group the
         // column maxima, then the scales, then each row.
@@ -72,25 +60,76 @@ impl WeightQuantizer for Rtn {
                 }
             }
             for m in s.iter_mut() {
-                *m = if *m == 0.0 { 1.0 } else { *m / qmax };
+                *m = levels.scale(*m);
             }
             for r in gi * g..(gi + 1) * g {
                 let row = (&data[r * n..(r + 1) * n], &mut q[r * n..(r + 1) * n]);
-                for ((d, v), s) in row.1.iter_mut().zip(row.0).zip(s.iter()) {
-                    *d = round_half_even(v / s).clamp(qmin, qmax) as i8;
+                for ((d, &v), &s) in row.1.iter_mut().zip(row.0).zip(s.iter()) {
+                    *d = levels.round(v, s);
                 }
             }
         }
-        pack(dtype, (k, n), &q, scale)
+        pack(levels.dtype, (k, n), &q, scale)
     }
 }
 
-/// The stored type and the value range of `bits`-bit weights.
-pub(super) fn levels(bits: u8) -> Result<(DType, f32, f32), String> {
-    match bits {
-        8 => Ok((DType::I8, -127.0, 127.0)),
-        4 => Ok((DType::I4, -8.0, 7.0)),
-        b => Err(format!("{b}-bit weights are not supported (4 or 8)")),
+/// A weight checked for quantizing: its `[K, N]` shape, its values and
+/// the levels of the scheme's bits.
+pub(super) type Checked<'a> = ((usize, usize), &'a [f32], Levels);
+
+/// A weight as every quantizer checks it: `[K, N]`, `f32`, finite, and
+/// `K` a multiple of the scheme's group (at most [`MAX_GROUP`]).
+pub(super) fn checked(w: &Tensor, scheme: Scheme) -> Result<Checked<'_>, String> {
+    let [k, n] = *w.shape() else {
+        return Err(format!("weight of shape {:?} is not 2-D", w.shape()));
+    };
+    let Some(data) = w.as_f32() else {
+        return Err(format!("weight is {}, not f32", w.dtype()));
+    };
+    let g = scheme.group;
+    if g == 0 || g as i64 > MAX_GROUP || k % g != 0 {
+        return Err(format!("K = {k} is not a multiple of group = {g}"));
+    }
+    let levels = Levels::of(scheme.bits)?;
+    if data.iter().any(|v| !v.is_finite()) {
+        return Err("weight has non-finite values".to_string());
+    }
+    Ok(((k, n), data, levels))
+}
+
+/// The stored type and the value range of `bits`-bit weights, and the
+/// rounding every quantizer shares.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Levels {
+    pub dtype: DType,
+    qmin: f32,
+    qmax: f32,
+}
+
+impl Levels {
+    pub(super) fn of(bits: u8) -> Result<Levels, String> {
+        let (dtype, qmin, qmax) = match bits {
+            8 => (DType::I8, -127.0, 127.0),
+            4 => (DType::I4, -8.0, 7.0),
+            b => return Err(format!("{b}-bit weights are not supported (4 or 8)")),
+        };
+        Ok(Levels { dtype, qmin, qmax })
+    }
+
+    /// The scale of a group whose largest magnitude is `max`: `max /
+    /// qmax`, or 1 when the group is all zeros.
+    pub(super) fn scale(&self, max: f32) -> f32 {
+        if max == 0.0 {
+            1.0
+        } else {
+            max / self.qmax
+        }
+    }
+
+    /// The stored value of `v` at scale `s`: `clamp(round_half_even(v /
+    /// s))`.
+    pub(super) fn round(&self, v: f32, s: f32) -> i8 {
+        round_half_even(v / s).clamp(self.qmin, self.qmax) as i8
     }
 }
 
@@ -122,7 +161,7 @@ pub(super) fn pack(
 /// up to rounding): adding and removing 2^23 rounds to an integer in the
 /// current (nearest-even) mode, without the libm call `round_ties_even`
 /// becomes on x86-64's baseline.
-pub(super) fn round_half_even(x: f32) -> f32 {
+fn round_half_even(x: f32) -> f32 {
     const MAGIC: f32 = 8_388_608.0; // 2^23
     debug_assert!(x.abs() <= MAGIC / 2.0);
     ((x.abs() + MAGIC) - MAGIC).copysign(x)
