@@ -98,9 +98,7 @@ pub fn run_graph_jit(
     capture: &Capture,
     options: &CpuOptions,
 ) -> Result<RunResult, RunError> {
-    run_specialized(module, graph, inputs, capture, |_, g| {
-        jit_kernels(&graph.name, g, options)
-    })
+    JitRunner::new(module, graph, inputs, options)?.run(inputs, capture)
 }
 
 /// `graph` of `module` specialised to one set of input shapes and

@@ -16,10 +16,12 @@ use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::quant_name;
 use slmcc::unplanned::JitRunner;
 use slmcc_ir::Tensor;
-use slmcc_runtime::{npy, Capture};
+use slmcc_runtime::Capture;
 
-use super::load::{calibrate, entry_graph, execute, load_module, prepare_quantized, Backend};
-use super::tokenize::Tokenizer;
+use super::load::{
+    calibrate, encode_text_file, entry_graph, execute, load_module, prepare_quantized,
+    read_token_ids, Backend,
+};
 use crate::cli::{EvalAction, EvalArgs, EvalPplArgs, QuantScheme};
 use crate::exit::CmdResult;
 
@@ -32,23 +34,8 @@ pub fn run(args: EvalArgs) -> CmdResult {
 /// The token ids to measure on.
 fn token_ids(a: &EvalPplArgs) -> anyhow::Result<Vec<i64>> {
     match (&a.text, &a.tokenizer, &a.ids) {
-        (Some(text), Some(tok), _) => {
-            let t = Tokenizer::load(tok)?;
-            let s = std::fs::read_to_string(text)
-                .with_context(|| format!("cannot read {}", text.display()))?;
-            t.encode(&s)
-        }
-        (_, _, Some(ids)) => {
-            let t = npy::read(ids).map_err(|e| anyhow!("{}: {e}", ids.display()))?;
-            if !t.dtype().is_int() {
-                bail!(
-                    "{}: token ids must be integers, not {}",
-                    ids.display(),
-                    t.dtype()
-                );
-            }
-            Ok(t.to_i64_vec())
-        }
+        (Some(text), Some(tok), _) => encode_text_file(text, tok),
+        (_, _, Some(ids)) => read_token_ids(ids),
         _ => bail!("give --text with --tokenizer, or --ids"),
     }
 }

@@ -102,6 +102,26 @@ pub fn prepare_quantized(module: &mut Module, quant: Quant, path: &Path) -> anyh
     Ok(())
 }
 
+/// Token ids from an integer `.npy` of any shape, in order.
+pub fn read_token_ids(path: &Path) -> anyhow::Result<Vec<i64>> {
+    let t = slmcc_runtime::npy::read(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    if !t.dtype().is_int() {
+        bail!(
+            "{}: token ids must be integers, not {}",
+            path.display(),
+            t.dtype()
+        );
+    }
+    Ok(t.to_i64_vec())
+}
+
+/// The ids of the text file `path`, encoded whole by `tokenizer`.
+pub fn encode_text_file(path: &Path, tokenizer: &Path) -> anyhow::Result<Vec<i64>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    super::tokenize::Tokenizer::load(tokenizer)?.encode(&text)
+}
+
 /// For `--quant-method gptq`: fuses `module` and adds the calibration
 /// Hessians of its entry graph's weights from `--calib`
 /// ([`slmcc::calibrate`]); nothing for other methods, and an error when
@@ -128,23 +148,8 @@ pub fn calibrate(
         file.extension().and_then(|e| e.to_str()),
         &args.calib_tokenizer,
     ) {
-        (Some("npy"), _) => {
-            let t =
-                slmcc_runtime::npy::read(file).map_err(|e| anyhow!("{}: {e}", file.display()))?;
-            if !t.dtype().is_int() {
-                bail!(
-                    "{}: token ids must be integers, not {}",
-                    file.display(),
-                    t.dtype()
-                );
-            }
-            t.to_i64_vec()
-        }
-        (_, Some(tok)) => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            super::tokenize::Tokenizer::load(tok)?.encode(&text)?
-        }
+        (Some("npy"), _) => read_token_ids(file)?,
+        (_, Some(tok)) => encode_text_file(file, tok)?,
         (_, None) => bail!(
             "{}: a --calib text needs --calib-tokenizer (or give token ids as .npy)",
             file.display()
