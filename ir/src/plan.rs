@@ -31,7 +31,8 @@
 //! plan on its own terms (alignment, bounds, no overlap of simultaneously live
 //! tensors, the recorded lower bound).
 
-use std::collections::{HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::fmt;
 
 use crate::graph::{Graph, ValueDef};
@@ -195,11 +196,21 @@ pub struct MemoryPlan {
 pub struct PlanError(pub String);
 
 impl MemoryPlan {
-    /// The entry of `%name` (or `@name` when `weight`).
+    /// The entry of `%name` (or `@name` when `weight`). A linear search:
+    /// a caller that looks up every value uses [`MemoryPlan::by_name`].
     pub fn get(&self, name: &str, weight: bool) -> Option<&TensorPlan> {
         self.tensors
             .iter()
             .find(|t| t.name == name && (t.region == Region::Weights) == weight)
+    }
+
+    /// Every entry keyed as [`MemoryPlan::get`] looks it up: `(weight,
+    /// name)`.
+    pub fn by_name(&self) -> HashMap<(bool, &str), &TensorPlan> {
+        self.tensors
+            .iter()
+            .map(|t| ((t.region == Region::Weights, t.name.as_str()), t))
+            .collect()
     }
 
     /// Arena size over lower bound (1.0 for an empty arena).
@@ -326,21 +337,26 @@ impl MemoryPlan {
                 .iter()
                 .filter(|t| t.region == region && t.size > 0)
                 .collect();
+            let paired = |a: &TensorPlan, b: &TensorPlan| {
+                in_place_pairs.contains(&(a.name.as_str(), b.name.as_str()))
+                    || in_place_pairs.contains(&(b.name.as_str(), a.name.as_str()))
+            };
+            if region == Region::Arena {
+                if let Some((a, b)) = arena_conflict(&ts, paired) {
+                    return fail(format!("{} overlaps {}", a.label(), b.label()));
+                }
+                continue;
+            }
+            // Read-only regions and the KV cache: no two tensors share bytes
+            // (a cache and its in-place update excepted), so the sweep by
+            // offset stops at the first tensor past the end.
             ts.sort_by_key(|t| (t.offset, t.size));
             for (i, a) in ts.iter().enumerate() {
                 for b in &ts[i + 1..] {
                     if b.offset >= a.offset + a.size {
                         break;
                     }
-                    let paired = in_place_pairs.contains(&(a.name.as_str(), b.name.as_str()))
-                        || in_place_pairs.contains(&(b.name.as_str(), a.name.as_str()));
-                    let conflict = match region {
-                        Region::Arena => a.live_with(b) && !paired,
-                        // A cache and its in-place update share their bytes.
-                        Region::KvCache => !paired,
-                        _ => true,
-                    };
-                    if conflict {
+                    if region != Region::KvCache || !paired(a, b) {
                         return fail(format!("{} overlaps {}", a.label(), b.label()));
                     }
                 }
@@ -361,6 +377,49 @@ impl MemoryPlan {
         }
         Ok(())
     }
+}
+
+/// The first two arena tensors that share bytes while both are live and
+/// are not an in-place pair. Sweeps the tensors in order of birth, keeping
+/// the live ones by offset, so the cost is O(n log n) however many tensors
+/// reuse the same bytes over time (a sweep by offset alone compares every
+/// pair placed at one offset). The live set holds only tensors already
+/// accepted, which are disjoint or, as in-place pairs, identical in bytes;
+/// so their ends rise with their offsets, and the walk down from a new
+/// tensor's offset stops at the first one that ends before it.
+fn arena_conflict<'a>(
+    tensors: &[&'a TensorPlan],
+    paired: impl Fn(&TensorPlan, &TensorPlan) -> bool,
+) -> Option<(&'a TensorPlan, &'a TensorPlan)> {
+    let mut by_birth: Vec<(usize, usize, &TensorPlan)> = tensors
+        .iter()
+        .filter_map(|t| t.live.map(|(born, last)| (born, last, *t)))
+        .collect();
+    by_birth.sort_by_key(|&(born, last, t)| (born, last, t.offset));
+    let mut live: BTreeMap<(u64, usize), &TensorPlan> = BTreeMap::new();
+    let mut deaths: BinaryHeap<Reverse<(usize, u64, usize)>> = BinaryHeap::new();
+    for (key, &(born, last, t)) in by_birth.iter().enumerate() {
+        while let Some(&Reverse((died, offset, k))) = deaths.peek() {
+            if died >= born {
+                break;
+            }
+            deaths.pop();
+            live.remove(&(offset, k));
+        }
+        let end = t.offset + t.size;
+        let starting_inside = live.range((t.offset, 0)..(end, 0)).map(|(_, o)| *o);
+        let reaching_in = live
+            .range(..(t.offset, 0))
+            .rev()
+            .map(|(_, o)| *o)
+            .take_while(|o| o.offset + o.size > t.offset);
+        if let Some(o) = starting_inside.chain(reaching_in).find(|o| !paired(o, t)) {
+            return Some(if o.offset <= t.offset { (o, t) } else { (t, o) });
+        }
+        live.insert((t.offset, key), t);
+        deaths.push(Reverse((last, t.offset, key)));
+    }
+    None
 }
 
 impl MemoryPlan {
@@ -495,12 +554,13 @@ pub fn check_against(plan: &MemoryPlan, g: &Graph) -> Result<(), PlanError> {
         c
     };
     let mut planned = 0;
+    let by_name = plan.by_name();
     for (id, v) in g.values() {
         let Some(l) = live[id.index()] else { continue };
         planned += 1;
         let weight = matches!(v.def, ValueDef::Weight(_));
         let sigil = if weight { '@' } else { '%' };
-        let Some(t) = plan.get(&v.name, weight) else {
+        let Some(t) = by_name.get(&(weight, v.name.as_str())) else {
             return fail(format!("{sigil}{} is not planned", v.name));
         };
         let want_size = value_bytes(&v.ty).map(align_up);
@@ -600,6 +660,32 @@ mod tests {
             e,
             "%a (arena 0+128 live [0, 2]) overlaps %b (arena 64+128 live [2, 3])"
         );
+    }
+
+    #[test]
+    fn overlaps_are_found_from_either_side_over_long_reuse() {
+        // 10,000 tensors taking turns at two offsets: no pair conflicts.
+        let n = 10_000;
+        let chain = |i: usize| arena(&format!("t{i}"), (i % 2) as u64 * 128, 128, (i, i + 1));
+        let p = plan((0..n).map(chain).collect(), 256);
+        p.check().unwrap();
+        // A tensor live throughout beside them, and one born late that
+        // reaches into it from below, or starts inside it.
+        for (offset, (a, b)) in [(192, ("late", "long")), (320, ("long", "late"))] {
+            let mut p = p.clone();
+            p.tensors.push(arena("long", 256, 128, (0, n)));
+            p.tensors.push(arena("late", offset, 128, (n - 2, n - 1)));
+            p.lower_bound = MemoryPlan::live_peak(&p.tensors);
+            p.regions.arena = 512;
+            let e = p.check().unwrap_err().0;
+            assert!(
+                e.starts_with(&format!("%{a} ")) && e.contains(&format!("overlaps %{b} ")),
+                "{e}"
+            );
+            p.tensors.pop();
+            p.lower_bound = MemoryPlan::live_peak(&p.tensors);
+            p.check().unwrap();
+        }
     }
 
     #[test]

@@ -163,11 +163,12 @@ impl Drop for RegionBuf {
 fn mapped_weights(module: &Module, g: &Graph, plan: &MemoryPlan) -> Option<RegionBuf> {
     let len = plan.regions.get(Region::Weights) as usize;
     let mut found: Option<(&Arc<Mmap>, usize)> = None;
+    let by_name = plan.by_name();
     for (_, v) in g.values() {
         let ValueDef::Weight(name) = &v.def else {
             continue;
         };
-        let Some(t) = plan.get(&v.name, true) else {
+        let Some(t) = by_name.get(&(true, v.name.as_str())) else {
             continue;
         };
         let (map, at) = module.weights.mapped(name)?;
@@ -312,9 +313,10 @@ impl Executor {
 
         // Where each value lives.
         let mut place: Vec<Option<(Region, usize)>> = vec![None; g.value_count()];
+        let by_name = plan.by_name();
         for (id, v) in g.values() {
             let weight = matches!(v.def, ValueDef::Weight(_));
-            if let Some(t) = plan.get(&v.name, weight) {
+            if let Some(t) = by_name.get(&(weight, v.name.as_str())) {
                 place[id.index()] = Some((t.region, t.offset as usize));
             }
         }
