@@ -8,6 +8,12 @@
 //! (greedy DAG extraction): a node's set is the union of its children's
 //! sets plus itself, iterated to a fixpoint.
 //!
+//! The sets are bit sets over the classes, kept only where they are read
+//! (classes with a choice and those below them), so extraction takes up to
+//! classes²/8 bytes (5 GB at 200,000 classes): the node limit bounds it,
+//! and [`super::optimize`] does not extract a graph that reaches the limit
+//! before any rewrite.
+//!
 //! Greedy choice still prefers a plain `add` for the sum that an
 //! `add_rms_norm` also yields; so once the choice is made, every needed
 //! class that holds `(get k t)` of a tuple `t` already computed takes the
@@ -73,14 +79,14 @@ pub fn extract(eg: &EGraph, roots: &[Id], model: &dyn CostModel) -> Extracted {
             choice.insert(c, n);
         }
     }
-    let mut expr = RecExpr::default();
+    let mut nodes = Vec::new();
     let mut of_class = HashMap::new();
     let expr_roots = roots
         .iter()
-        .map(|&r| build(r, eg, &choice, &mut expr, &mut of_class))
+        .map(|&r| build(r, eg, &choice, &mut nodes, &mut of_class))
         .collect();
     Extracted {
-        expr,
+        expr: RecExpr::from(nodes),
         roots: expr_roots,
         of_class,
     }
@@ -90,12 +96,14 @@ pub fn extract(eg: &EGraph, roots: &[Id], model: &dyn CostModel) -> Extracted {
 fn choose(eg: &EGraph, costs: &HashMap<Lang, f64>) -> HashMap<Id, Best> {
     let number: HashMap<Id, usize> = eg.classes().enumerate().map(|(i, c)| (c.id, i)).collect();
     let words = number.len().div_ceil(64);
+    let tracked = cost_sets_read(eg, &number);
     let mut best: Vec<Option<Best>> = (0..number.len()).map(|_| None).collect();
     let mut changed = true;
     while changed {
         changed = false;
         for class in eg.classes() {
             let c = number[&class.id];
+            let tracked = tracked[c];
             for node in &class.nodes {
                 let kids: Option<Vec<usize>> = node
                     .children()
@@ -103,10 +111,11 @@ fn choose(eg: &EGraph, costs: &HashMap<Lang, f64>) -> HashMap<Id, Best> {
                     .map(|&k| number.get(&eg.find(k)).copied())
                     .collect();
                 let Some(kids) = kids else { continue };
-                let mut dag = vec![0u64; words];
+                let mut dag = vec![0u64; if tracked { words } else { 0 }];
                 let mut complete = true;
                 for &k in &kids {
                     match &best[k] {
+                        Some(_) if !tracked => {}
                         // A child that needs `c` would make a cycle.
                         Some(b) if b.dag[c / 64] & (1 << (c % 64)) == 0 => {
                             dag.iter_mut().zip(&b.dag).for_each(|(d, k)| *d |= k);
@@ -125,7 +134,9 @@ fn choose(eg: &EGraph, costs: &HashMap<Lang, f64>) -> HashMap<Id, Best> {
                 } else {
                     0.0
                 };
-                dag[c / 64] |= 1 << (c % 64);
+                if tracked {
+                    dag[c / 64] |= 1 << (c % 64);
+                }
                 let better = match &best[c] {
                     None => true,
                     Some(b) if class.nodes.len() > 1 => total < b.total,
@@ -147,6 +158,37 @@ fn choose(eg: &EGraph, costs: &HashMap<Lang, f64>) -> HashMap<Id, Best> {
         .into_iter()
         .filter_map(|(id, i)| best[i].take().map(|b| (id, b)))
         .collect()
+}
+
+/// Which classes' sets of needed classes are ever read: those with a
+/// choice (their totals compare their nodes) and everything below them.
+/// Every cycle runs through a class with a choice (a cycle needs a union,
+/// and a union leaves two nodes in one class), so the others need no
+/// cycle check either: their sets stay empty, and a graph without choices
+/// (a long chain of plain ops) is extracted in linear time and memory.
+fn cost_sets_read(eg: &EGraph, number: &HashMap<Id, usize>) -> Vec<bool> {
+    let mut read = vec![false; number.len()];
+    let mut stack: Vec<Id> = eg
+        .classes()
+        .filter(|c| c.nodes.len() > 1)
+        .map(|c| c.id)
+        .collect();
+    while let Some(id) = stack.pop() {
+        let Some(&c) = number.get(&eg.find(id)) else {
+            continue;
+        };
+        if std::mem::replace(&mut read[c], true) {
+            continue;
+        }
+        let class = &eg[id];
+        stack.extend(
+            class
+                .nodes
+                .iter()
+                .flat_map(|n| n.children().iter().copied()),
+        );
+    }
+    read
 }
 
 /// The sum of the own costs of the classes in `dag`.
@@ -186,12 +228,14 @@ fn reach(from: &[Id], choice: &HashMap<Id, Lang>, eg: &EGraph) -> HashSet<Id> {
 
 /// Adds the chosen node of `class` and everything it needs to `expr`
 /// (children first), once per class; iterative, so the graph's depth never
-/// reaches the stack.
+/// reaches the stack. The nodes go to a plain vector that becomes the
+/// [`RecExpr`]: `RecExpr::add` finds its root by counting its nodes, so
+/// unoptimised builds take time quadratic in the nodes through it.
 fn build(
     class: Id,
     eg: &EGraph,
     choice: &HashMap<Id, Lang>,
-    expr: &mut RecExpr<Lang>,
+    expr: &mut Vec<Lang>,
     of_class: &mut HashMap<Id, Id>,
 ) -> Id {
     // (class, whether its children are already built)
@@ -203,7 +247,8 @@ fn build(
         let node = &choice[&c];
         if ready {
             let built = node.clone().map_children(|k| of_class[&eg.find(k)]);
-            let id = expr.add(built);
+            let id = Id::from(expr.len());
+            expr.push(built);
             of_class.insert(c, id);
         } else {
             stack.push((c, true));

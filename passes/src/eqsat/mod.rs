@@ -26,6 +26,11 @@ pub use runner::{Limits, Rewrite, RunReport, Stop};
 /// Rewrites `g` with `rules` under `limits` and extracts the cheapest
 /// equivalent graph under `model`. Graph outputs keep their names; every
 /// value whose e-class holds an original value keeps that value's name.
+///
+/// A graph whose e-graph holds `limits.nodes` e-nodes before any rule runs
+/// is returned unchanged (stop reason [`Stop::NodeLimit`], no iterations),
+/// with a warning: no rule could run on it, and extraction's memory grows
+/// with the square of the classes (its module doc).
 pub fn optimize(
     g: &Graph,
     module: &Module,
@@ -34,6 +39,23 @@ pub fn optimize(
     model: &dyn CostModel,
 ) -> Result<(Graph, RunReport), String> {
     let enc = convert::to_egraph(g, module)?;
+    let nodes = enc.egraph.total_number_of_nodes();
+    if nodes >= limits.nodes {
+        tracing::warn!(
+            "graph @{}: {nodes} e-nodes before any rewrite reach the node limit {}; \
+             left as it is (raise `node-limit` to rewrite it)",
+            g.name,
+            limits.nodes
+        );
+        let report = RunReport {
+            iterations: 0,
+            nodes,
+            classes: enc.egraph.number_of_classes(),
+            time: std::time::Duration::ZERO,
+            stop: Stop::NodeLimit,
+        };
+        return Ok((g.clone(), report));
+    }
     let names = convert::class_names(g, &enc);
     let roots: Vec<egg::Id> = g
         .outputs
