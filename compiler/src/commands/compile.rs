@@ -202,6 +202,13 @@ pub fn run(args: CompileArgs) -> CmdResult {
     if model.extension().is_some_and(|e| e == "slmpkg") {
         return Err(at(&"expected a model (.onnx, or .slm IR), not a package").into());
     }
+    if out.extension().is_none_or(|e| e != "slmpkg") {
+        return Err(anyhow!(
+            "{}: a package's name ends in .slmpkg (run, report and golden know a package by it)",
+            out.display()
+        )
+        .into());
+    }
     let source_sha256 =
         package::sha256_file(model).with_context(|| format!("cannot read {}", model.display()))?;
     let t0 = Instant::now();
