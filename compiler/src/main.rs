@@ -24,13 +24,27 @@ fn main() {
 }
 
 /// Logs go to stderr through `tracing`; `SLMCC_LOG` (an env-filter string)
-/// overrides the level picked by `-v`.
+/// overrides the level picked by `-v`. `-v` and `-vv` raise slmcc's own
+/// crates only: the libraries' info and debug logs (egg's per-iteration
+/// report, Cranelift's IR of every function) would drown them; `-vvv`
+/// traces everything.
 fn init_logging(verbose: u8) {
+    let ours = |level: &str| {
+        [
+            "slmcc",
+            "slmcc_ir",
+            "slmcc_passes",
+            "slmcc_backends",
+            "slmcc_runtime",
+        ]
+        .map(|c| format!("{c}={level}"))
+        .join(",")
+    };
     let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
+        0 => "warn".to_string(),
+        1 => format!("warn,{}", ours("info")),
+        2 => format!("warn,{}", ours("debug")),
+        _ => "trace".to_string(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLMCC_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
