@@ -18,7 +18,7 @@ pub const LIMIT_OPTIONS: &[OptionSpec] = &[
         name: "node-limit",
         kind: OptionKind::COUNT,
         default: "200000",
-        help: "stop once the e-graph holds this many e-nodes",
+        help: "stop once the e-graph holds this many e-nodes (a graph that starts there is left as it is)",
     },
     OptionSpec {
         name: "iter-limit",

@@ -17,7 +17,8 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 /// values up to floating-point reassociation; graph outputs keep their
 /// names, every value whose e-class holds an original value keeps that
 /// value's name; dead nodes are gone. Bounded by `node-limit`, `iter-limit`
-/// and `time-limit-ms`. Statistics: `egraph-nodes`, `egraph-classes`,
+/// and `time-limit-ms`; a graph whose e-graph holds `node-limit` e-nodes
+/// before any rule runs is left as it is (0 iterations, `stop-node-limit`). Statistics: `egraph-nodes`, `egraph-classes`,
 /// `iterations`, `saturation-us` and the stop reason (`stop-saturated`,
 /// `stop-node-limit`, `stop-iter-limit`, `stop-time-limit`).
 pub struct Canonicalize {

@@ -26,7 +26,8 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 /// up to floating-point reassociation and the fused ops' one rounding;
 /// graph outputs keep their names, every value whose e-class holds an
 /// original value keeps that value's name. Bounded by `node-limit`,
-/// `iter-limit` and `time-limit-ms`.
+/// `iter-limit` and `time-limit-ms`; a graph whose e-graph holds
+/// `node-limit` e-nodes before any rule runs is left as it is.
 ///
 /// Statistics: per fused op how many were formed (`formed-attention`,
 /// `formed-rope`, `formed-swiglu`, `formed-geglu`, `formed-gelu`, `formed-softcap`,
