@@ -153,6 +153,48 @@ fn malformed_ir_is_rejected_with_position() {
     );
 }
 
+/// A result past the memory budget is refused before it is allocated,
+/// naming it, by the interpreter and by the planned CPU run.
+#[test]
+fn tensors_past_the_memory_budget_are_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("slmcc-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let x = dir.join("x.npy");
+    slmcc_runtime::npy::write(&x, &slmcc_ir::Tensor::from_f32(vec![1, 1], vec![1.0])).unwrap();
+    let input = format!("x={}", x.display());
+    for (backend, want) in [
+        (
+            "reference",
+            "node %y (`expand`): %y (f32[65536, 65536, seq]) would take 16.0 GiB",
+        ),
+        (
+            "cpu",
+            "its memory plan (largest tensor %y: 16.0 GiB in the arena) would take 16.0 GiB",
+        ),
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .args([
+                "run",
+                "testdata/malformed/huge_intermediate.slm",
+                "--backend",
+                backend,
+            ])
+            .args(["--input", &input])
+            .env("SLMCC_MEMORY_BUDGET", "1G")
+            .current_dir(common::repo())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{backend}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want)
+                && stderr(&o).contains("memory budget of 1.0 GiB (SLMCC_MEMORY_BUDGET)"),
+            "{backend}: {}",
+            stderr(&o)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_pipelines_are_rejected_with_valid_names() {
     expect_bad_input(

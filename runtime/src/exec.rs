@@ -273,6 +273,7 @@ impl Executor {
             .ok_or_else(|| err(None, "no such graph".to_string()))?;
         slmcc_ir::plan::check_against(plan, g)
             .map_err(|e| err(None, format!("memory plan: {e}")))?;
+        crate::budget::check_plan(plan, crate::budget::budget()).map_err(|m| err(None, m))?;
         const SHARED: [Region; 2] = [Region::Weights, Region::KvCache];
         let regions = Region::ALL
             .iter()

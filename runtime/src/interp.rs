@@ -120,6 +120,7 @@ pub fn run_graph(
     }
 
     let last_use = last_uses(graph);
+    let budget = crate::budget::budget();
     let ctx = EvalCtx {
         symbols: symbols.clone(),
     };
@@ -137,6 +138,20 @@ pub fn run_graph(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // Results whose shapes are known now are checked against the
+        // memory budget before the op allocates them.
+        for &v in &node.outputs {
+            let val = graph.value(v);
+            let Some(dims) = val.ty.shape.eval(&symbols) else {
+                continue;
+            };
+            let bytes = dims
+                .iter()
+                .try_fold(val.ty.dtype.bits(), |a, &d| a.checked_mul(d))
+                .map_or(u64::MAX, |bits| bits.div_ceil(8) as u64);
+            let what = format!("%{} ({})", val.name, val.ty);
+            crate::budget::check(&what, bytes, budget).map_err(|m| err(Some(n), m))?;
+        }
         let refs: Vec<&Tensor> = args.iter().map(|a| &**a).collect();
         let results = node
             .op

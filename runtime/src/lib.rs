@@ -24,6 +24,7 @@
 pub mod aot;
 pub mod bind;
 pub mod bucket;
+pub mod budget;
 pub mod compare;
 pub mod decode;
 pub mod estimate;
