@@ -82,6 +82,49 @@ fn compiling_twice_gives_identical_bytes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Eight compiles racing to one path, and a reader of it meanwhile: each
+/// write goes through its own temporary file, so all succeed, the reader
+/// sees a whole package or none, and nothing is left behind. (With one
+/// temporary name per path, writers renamed each other's files away and
+/// failed in two runs of three.)
+#[test]
+fn racing_compiles_of_one_path_never_expose_a_partial_package() {
+    let dir = tmpdir("race");
+    let out = dir.join("m.slmpkg");
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .args(["compile", "testdata/models/llama.onnx", "--target", "cpu"])
+            .args(["--buckets", "8,16", "--passes", UNFUSED, "-o", s(&out)])
+            .current_dir(repo())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let writers: Vec<_> = (0..8).map(|_| spawn()).collect();
+    let mut seen = 0;
+    while !out.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for _ in 0..20 {
+        Package::open(&out).expect("a whole package");
+        seen += 1;
+    }
+    for w in writers {
+        let o = w.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(seen, 20);
+    assert!(run_seq5(&out, &dir) < 1e-4);
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "out")
+        .collect();
+    assert_eq!(names, ["m.slmpkg"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn runs_on_the_golden_input_and_reports() {
     let dir = tmpdir("run");

@@ -374,7 +374,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
 /// failure leaves nothing half-written (a torn write after a crash fails the
 /// digests at load); returns its size.
 fn write_package(out: &Path, manifest: &Manifest, weights: &[u8]) -> anyhow::Result<usize> {
-    let tmp = out.with_extension("slmcc-partial");
+    let tmp = super::opt::partial_path(out);
     let write = || -> std::io::Result<usize> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
         let n = package::encode_to(&mut f, manifest, weights)?;

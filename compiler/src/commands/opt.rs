@@ -83,7 +83,23 @@ fn save_held_weights(module: &mut slmcc_ir::Module, out: &Path) -> anyhow::Resul
 /// Writes through a temporary file in the same folder, renamed into place,
 /// so a failure never leaves a half-written output.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let tmp = path.with_extension("slmcc-partial");
-    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let tmp = partial_path(path);
+    if let Err(e) = fs::write(&tmp, bytes) {
+        let _ = fs::remove_file(&tmp);
+        return Err(anyhow::anyhow!("cannot write {}: {e}", tmp.display()));
+    }
     fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The temporary file that `path` is written through: in its folder (so the
+/// rename stays on one file system), named for this process and this write,
+/// so that two writers of one path never share it; a reader of `path` sees
+/// the old file or a whole new one.
+pub fn partial_path(path: &Path) -> std::path::PathBuf {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map_or_else(|| "output".into(), |f| f.to_string_lossy().into_owned());
+    path.with_file_name(format!(".{name}.{}-{n}.slmcc-partial", std::process::id()))
 }
