@@ -401,7 +401,7 @@ pub struct PassesArgs {
 pub struct ImportArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// Write the IR here instead of stdout.
+    /// Write the IR here instead of stdout (`-`: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
 }
@@ -425,7 +425,7 @@ pub struct OptArgs {
     /// Run only the first N passes (to find which pass breaks a model).
     #[arg(long, value_name = "N")]
     pub bisect_limit: Option<usize>,
-    /// Write the result here instead of stdout.
+    /// Write the result here instead of stdout (`-`: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
 }

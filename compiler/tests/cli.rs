@@ -195,6 +195,20 @@ fn tensors_past_the_memory_budget_are_refused_by_name() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `-o -` is stdout, as without `-o`: no file named `-` appears.
+#[test]
+fn dash_output_is_stdout() {
+    let plain = slmcc(&["opt", EXAMPLE, "--passes", "dce"]);
+    let dash = slmcc(&["opt", EXAMPLE, "--passes", "dce", "-o", "-"]);
+    assert!(dash.status.success(), "{}", stderr(&dash));
+    assert!(stdout(&dash).starts_with("module @"), "{}", stdout(&dash));
+    assert_eq!(stdout(&dash), stdout(&plain));
+    let import = slmcc(&["import", "testdata/models/llama.onnx", "-o", "-"]);
+    assert!(import.status.success(), "{}", stderr(&import));
+    assert!(stdout(&import).starts_with("module @"));
+    assert!(!common::repo().join("-").exists());
+}
+
 #[test]
 fn bad_pipelines_are_rejected_with_valid_names() {
     expect_bad_input(

@@ -24,7 +24,7 @@ pub fn run(args: ImportArgs) -> CmdResult {
             path.display()
         )
     })?;
-    match &args.output {
+    match super::opt::output_file(&args.output) {
         None => print!("{}", print_module(&module)),
         Some(out) => write_module(&mut module, out)?,
     }

@@ -37,11 +37,12 @@ pub fn run(args: OptArgs) -> CmdResult {
     if args.pass_stats {
         let _ = write!(stderr, "{}", format_stats(&records));
     }
-    if let Some(out) = &args.output {
+    let output = output_file(&args.output);
+    if let Some(out) = output {
         save_held_weights(&mut module, out)?;
     }
     let text = print_module(&module);
-    match &args.output {
+    match output {
         Some(out) => write_atomically(out, text.as_bytes())?,
         None => print!("{text}"),
     }
@@ -78,6 +79,11 @@ fn save_held_weights(module: &mut slmcc_ir::Module, out: &Path) -> anyhow::Resul
     module.weights.save(&path)?;
     module.weights.file = path.file_name().map(|f| f.to_string_lossy().into_owned());
     Ok(())
+}
+
+/// The file named by `-o`, or `None` for stdout (no `-o`, or `-o -`).
+pub fn output_file(output: &Option<std::path::PathBuf>) -> Option<&Path> {
+    output.as_deref().filter(|p| *p != Path::new("-"))
 }
 
 /// Writes through a temporary file in the same folder, renamed into place,
