@@ -527,9 +527,16 @@ pub fn lifetimes(g: &Graph) -> Vec<Option<(usize, usize)>> {
 
 /// The byte size of a value's type, when every dim is static.
 pub fn value_bytes(ty: &crate::TensorType) -> Option<u64> {
-    let dims = ty.shape.as_fixed()?;
-    let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
-    Some(ty.dtype.bytes_for(n) as u64)
+    tensor_bytes(ty.dtype, &ty.shape.as_fixed()?)
+}
+
+/// The byte size of a `dtype` tensor of shape `dims`; `None` when it does
+/// not fit in `usize`.
+pub fn tensor_bytes(dtype: crate::DType, dims: &[usize]) -> Option<u64> {
+    let bits = dims
+        .iter()
+        .try_fold(dtype.bits(), |a, &d| a.checked_mul(d))?;
+    Some(bits.div_ceil(8) as u64)
 }
 
 /// Checks a plan against its graph: the plan passes [`MemoryPlan::check`];

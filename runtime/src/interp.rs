@@ -145,10 +145,7 @@ pub fn run_graph(
             let Some(dims) = val.ty.shape.eval(&symbols) else {
                 continue;
             };
-            let bytes = dims
-                .iter()
-                .try_fold(val.ty.dtype.bits(), |a, &d| a.checked_mul(d))
-                .map_or(u64::MAX, |bits| bits.div_ceil(8) as u64);
+            let bytes = slmcc_ir::plan::tensor_bytes(val.ty.dtype, &dims).unwrap_or(u64::MAX);
             let what = format!("%{} ({})", val.name, val.ty);
             crate::budget::check(&what, bytes, budget).map_err(|m| err(Some(n), m))?;
         }
