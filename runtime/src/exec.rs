@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
+use slmcc_ir::plan::TensorPlan;
 use slmcc_ir::verify::node_label;
 use slmcc_ir::{DType, Graph, MemoryPlan, Module, Op, Region, RegionSizes, ValueDef};
 
@@ -160,10 +161,15 @@ impl Drop for RegionBuf {
 /// The module's weights mapping as graph `g`'s weights region, when every
 /// weight `g` uses is mapped (one mapping) at exactly its planned offset
 /// from one 64-byte aligned start, and the region fits in the mapping.
-fn mapped_weights(module: &Module, g: &Graph, plan: &MemoryPlan) -> Option<RegionBuf> {
+/// `by_name` is `plan`'s [`MemoryPlan::by_name`].
+fn mapped_weights(
+    module: &Module,
+    g: &Graph,
+    plan: &MemoryPlan,
+    by_name: &HashMap<(bool, &str), &TensorPlan>,
+) -> Option<RegionBuf> {
     let len = plan.regions.get(Region::Weights) as usize;
     let mut found: Option<(&Arc<Mmap>, usize)> = None;
-    let by_name = plan.by_name();
     for (_, v) in g.values() {
         let ValueDef::Weight(name) = &v.def else {
             continue;
@@ -274,6 +280,7 @@ impl Executor {
         slmcc_ir::plan::check_against(plan, g)
             .map_err(|e| err(None, format!("memory plan: {e}")))?;
         crate::budget::check_plan(plan, crate::budget::budget()).map_err(|m| err(None, m))?;
+        let by_name = plan.by_name();
         const SHARED: [Region; 2] = [Region::Weights, Region::KvCache];
         let regions = Region::ALL
             .iter()
@@ -285,7 +292,7 @@ impl Executor {
                     if r == Region::Weights
                         && other.weights_in_place()
                         && g.values().any(|(_, v)| matches!(v.def, ValueDef::Weight(_)))
-                        && mapped_weights(module, g, plan)
+                        && mapped_weights(module, g, plan, &by_name)
                             .is_none_or(|m| m.ptr != other.regions[region_index(r)].ptr) =>
                 {
                     RegionBuf::new(plan.regions.get(r) as usize).map(Rc::new)
@@ -303,7 +310,7 @@ impl Executor {
                     Ok(buf.clone())
                 }
                 _ if r == Region::Weights => Ok(Rc::new(
-                    mapped_weights(module, g, plan)
+                    mapped_weights(module, g, plan, &by_name)
                         .map_or_else(|| RegionBuf::new(plan.regions.get(r) as usize), Ok)?,
                 )),
                 _ => RegionBuf::new(plan.regions.get(r) as usize).map(Rc::new),
@@ -314,7 +321,6 @@ impl Executor {
 
         // Where each value lives.
         let mut place: Vec<Option<(Region, usize)>> = vec![None; g.value_count()];
-        let by_name = plan.by_name();
         for (id, v) in g.values() {
             let weight = matches!(v.def, ValueDef::Weight(_));
             if let Some(t) = by_name.get(&(weight, v.name.as_str())) {
