@@ -6,7 +6,9 @@
 //! bytes, or 8 `i4` bytes whose nibbles are spread to bytes in column
 //! order and sign-extended as `(n ^ 8) - 8`), and interleaved (`zip1`/
 //! `zip2` of bytes, then of 16-bit pairs) so that each 32-bit lane holds
-//! one column's four weights; one `sdot` per row of the tile and 4
+//! one column's four weights (`strips16` stores them so; the NPU's
+//! `rk3588` layout stores each column's four as one 32-bit word, loaded
+//! lane by lane at a stride of 32 bytes); one `sdot` per row of the tile and 4
 //! columns adds the four products to that column's sum, and one by a
 //! vector of ones adds the weights themselves to the column sums. After
 //! each group, per row and lane: `sum - z·Σq` (wrapping `i32`), converted
@@ -172,6 +174,24 @@ unsafe fn rows<const R: usize>(strip: Strip, out: &mut [[f32; BLOCK]; TILE_ROWS]
                     ];
                     step(&xs, k, ws, &mut sums, &mut acc);
                     p = p.add(64);
+                }
+            }
+            QLayout::Rk3588 { .. } => {
+                // Column j's weights of rows k..k+4 are one 32-bit word,
+                // 32 bytes past column j - 1's (one block of 32 kernels).
+                for k in (k0..k0 + group).step_by(4) {
+                    let p = w.npu_ptr(k, c);
+                    let word = |j: usize| p.add(32 * j).cast::<i32>().read_unaligned();
+                    let ws = std::array::from_fn(|v| {
+                        let lanes = [
+                            word(4 * v),
+                            word(4 * v + 1),
+                            word(4 * v + 2),
+                            word(4 * v + 3),
+                        ];
+                        vreinterpretq_s8_s32(vld1q_s32(lanes.as_ptr()))
+                    });
+                    step(&xs, k, ws, &mut sums, &mut acc);
                 }
             }
             QLayout::Strips16 => {

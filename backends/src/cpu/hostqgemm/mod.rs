@@ -77,6 +77,32 @@ pub const FLAG_STRIPS16: u64 = 2;
 /// quantization, `activations = "f32"`; `weight_only/`).
 pub const FLAG_F32_ACTIVATIONS: u64 = 4;
 
+/// `slmcc_qgemm`'s `flags`: the `i8` weights are stored in the NPU's
+/// `rk3588` layout, whose K block is `flags >> 32` ([`layout_flags`]).
+pub const FLAG_RK3588: u64 = 8;
+
+/// The `flags` bits that say how weights in `layout` are stored.
+pub fn layout_flags(layout: QLayout) -> u64 {
+    match layout {
+        QLayout::RowMajor => 0,
+        QLayout::Strips16 => FLAG_STRIPS16,
+        QLayout::Rk3588 { k_block } => FLAG_RK3588 | u64::from(k_block) << 32,
+    }
+}
+
+/// The layout `flags` names (the inverse of [`layout_flags`]).
+fn flags_layout(flags: u64) -> QLayout {
+    if flags & FLAG_RK3588 != 0 {
+        QLayout::Rk3588 {
+            k_block: (flags >> 32) as u32,
+        }
+    } else if flags & FLAG_STRIPS16 != 0 {
+        QLayout::Strips16
+    } else {
+        QLayout::RowMajor
+    }
+}
+
 /// The longest `K` the function takes with INT8 activations (at least one
 /// quantized row must fit the band buffer); a longer `K` keeps the
 /// generated kernel. Weight-only products take any `K`.
@@ -237,6 +263,17 @@ impl Weight {
         self.q.add(s * strip_bytes * self.rows + (k / rows) * 64)
     }
 
+    /// The first of the four bytes of rows `k .. k + 4` of column `c` in
+    /// the `rk3588` layout (`k` a multiple of 4): the other columns of its
+    /// block of 32 kernels follow at a stride of 32 bytes.
+    #[inline]
+    unsafe fn npu_ptr(&self, k: usize, c: usize) -> *const u8 {
+        let e = self
+            .layout
+            .index(DType::I8, self.rows, self.stride, k, self.col0 + c);
+        self.q.add(e)
+    }
+
     /// The scale of group `g`, column `c`.
     #[inline]
     unsafe fn scale(&self, g: usize, c: usize) -> f32 {
@@ -327,7 +364,10 @@ pub(super) struct Strip<'a> {
 /// is `qswiglu`'s `(g · sigmoid(g)) · u`, `g` by the first and `u` by the
 /// second. `flags` bit 0 ([`FLAG_INT4`]) reads `i4` weights, bit 1
 /// ([`FLAG_STRIPS16`]) weights stored in `strips16` (else row-major), for
-/// which `stride` must be a multiple of 16, bit 2
+/// which `stride` must be a multiple of 16, bit 3 ([`FLAG_RK3588`]) `i8`
+/// weights in the NPU's `rk3588` layout of K blocks of `flags >> 32`
+/// rows (a multiple of 32 that divides `group`; `stride` a multiple of
+/// 32), bit 2
 /// ([`FLAG_F32_ACTIVATIONS`]) computes the weight-only product instead
 /// (the `f32` activations by the dequantized weight). `threads` is the most threads
 /// the call may use, 0 for the process's setting for loaded objects
@@ -356,11 +396,7 @@ pub unsafe extern "C" fn slmcc_qgemm(
     threads: u64,
 ) {
     let (stride, col0) = (stride as usize, col0 as usize);
-    let layout = if flags & FLAG_STRIPS16 != 0 {
-        QLayout::Strips16
-    } else {
-        QLayout::RowMajor
-    };
+    let layout = flags_layout(flags);
     let first = Weight {
         q,
         scale,
@@ -463,6 +499,10 @@ unsafe fn chunk(call: &Call, tile: &Tile, m0: usize, c0: usize, c1: usize) {
     let aligned = |c: usize| match ws[0].layout {
         QLayout::RowMajor => !call.int4 || ws.iter().all(|w| w.stride % 2 == 0 && w.col0 % 2 == 0),
         QLayout::Strips16 => ws.iter().all(|w| (w.col0 + c).is_multiple_of(BLOCK)),
+        // 16 columns inside one block of 32 kernels; `i8` only.
+        QLayout::Rk3588 { .. } => {
+            !call.int4 && ws.iter().all(|w| (w.col0 + c).is_multiple_of(BLOCK))
+        }
     };
     let mut c = c0;
     while c < c1 {

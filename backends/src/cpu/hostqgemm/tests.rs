@@ -288,6 +288,28 @@ fn strips16_weights_bit_exact_with_the_reference() {
 }
 
 #[test]
+fn rk3588_weights_bit_exact_with_the_reference() {
+    let mut seed = 300;
+    for (k, group, k_block) in [(64, 64, 32), (128, 64, 64), (256, 256, 128), (96, 96, 96)] {
+        let layout = QLayout::Rk3588 { k_block };
+        for rows in [1, 2, 4, 5, 9] {
+            for (n, stride, cols) in [
+                (32, 32, vec![0]),
+                (96, 96, vec![0]),
+                // A strip off the vector path (col0 not a multiple of 16),
+                // columns of a wider buffer, and qswiglu's fused gate/up.
+                (40, 96, vec![8]),
+                (48, 96, vec![0, 48]),
+                (32, 32, vec![0, 0]),
+            ] {
+                seed += 1;
+                check_layout(seed, rows, k, group, n, stride, &cols, false, layout);
+            }
+        }
+    }
+}
+
+#[test]
 fn weight_only_bit_exact_with_the_reference() {
     let mut seed = 500;
     for int4 in [false, true] {

@@ -5,7 +5,9 @@
 //! Per four rows of `K`: 16 weights of each row are loaded (16 `i8`
 //! bytes, or 8 `i4` bytes whose nibbles are spread to bytes in column
 //! order and sign-extended as `(n ^ 8) - 8`), and interleaved (bytes, then
-//! 16-bit pairs) so that each 32-bit lane holds one column's four weights;
+//! 16-bit pairs) so that each 32-bit lane holds one column's four weights
+//! (`strips16` stores them so; the NPU's `rk3588` layout stores each
+//! column's four as one 32-bit word, gathered at a stride of 32 bytes);
 //! one `vpdpbusd` per row of the tile and 8 columns adds the four products
 //! to that column's sum, and one by a vector of ones adds the weights
 //! themselves to the column sums. After each group, per row and lane:
@@ -133,6 +135,18 @@ macro_rules! vnni_strip {
                                 let w_hi = _mm256_loadu_si256(p.add(32).cast());
                                 step(&xs, k, [w_lo, w_hi], &mut sums, &mut lo, &mut hi);
                                 p = p.add(64);
+                            }
+                        }
+                        QLayout::Rk3588 { .. } => {
+                            // Column j's weights of rows k..k+4 are the 4
+                            // bytes 32·j past column 0's: the 16 columns lie
+                            // in one block of 32 kernels.
+                            let idx = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
+                            for k in (k0..k0 + group).step_by(4) {
+                                let p = w.npu_ptr(k, c);
+                                let w_lo = _mm256_i32gather_epi32::<1>(p.cast(), idx);
+                                let w_hi = _mm256_i32gather_epi32::<1>(p.add(256).cast(), idx);
+                                step(&xs, k, [w_lo, w_hi], &mut sums, &mut lo, &mut hi);
                             }
                         }
                         QLayout::Strips16 => {

@@ -49,7 +49,7 @@ use slmcc_ir::DType;
 
 use super::{unsupported, NodeSig, Operand};
 use crate::cpu::emit::{KernelBuilder, Width};
-use crate::cpu::hostqgemm::QGEMM_SYMBOL;
+use crate::cpu::hostqgemm::{layout_flags, QGEMM_SYMBOL};
 use crate::cpu::CpuError;
 
 /// Most stack bytes of the quantized row (`4·K`): `K <= 16384`.
@@ -70,11 +70,18 @@ pub(super) struct Dims {
     pub n: usize,
     pub group: usize,
     pub int4: bool,
-    /// The weights are stored in `strips16` (`pack-weights`): only
-    /// `slmcc_qgemm` reads them.
-    pub packed: bool,
+    /// How the weights are stored: any layout but row-major
+    /// (`pack-weights`, the NPU lowering) only `slmcc_qgemm` reads.
+    pub layout: QLayout,
     /// Weight-only (`activations = "f32"`): only `slmcc_qgemm` computes it.
     pub weight_only: bool,
+}
+
+impl Dims {
+    /// Whether the weights are in a layout only `slmcc_qgemm` reads.
+    pub fn packed(&self) -> bool {
+        self.layout != QLayout::RowMajor
+    }
 }
 
 /// Columns `col0 .. col0 + n` of a quantized weight: the buffers of `q`
@@ -149,7 +156,7 @@ fn check(op: &QMatMul, sig: &NodeSig) -> Result<Dims, CpuError> {
         n,
         group: op.group as usize,
         int4: q.dtype == DType::I4,
-        packed: op.layout != QLayout::RowMajor,
+        layout: op.layout,
         weight_only: op.activations == QActivations::F32,
     })
 }
@@ -180,7 +187,7 @@ pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> Result<bool, CpuError>
         return Ok(true);
     }
     let fits = d.k <= crate::cpu::hostqgemm::MAX_K;
-    if d.packed && !fits {
+    if d.packed() && !fits {
         return Err(unsupported(
             "qmatmul",
             format!(
@@ -190,7 +197,7 @@ pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> Result<bool, CpuError>
             ),
         ));
     }
-    Ok(d.packed || (kb.host_qgemm && fits))
+    Ok(d.packed() || (kb.host_qgemm && fits))
 }
 
 /// Emits the call of `slmcc_qgemm` ([`crate::cpu::hostqgemm`]) for the
@@ -213,10 +220,7 @@ pub(super) fn call_qgemm(
         int(kb, d.k),
         int(kb, d.n),
         int(kb, d.group),
-        int(
-            kb,
-            d.int4 as usize | (d.packed as usize) << 1 | (d.weight_only as usize) << 2,
-        ),
+        kb.iconst((d.int4 as u64 | layout_flags(d.layout) | (d.weight_only as u64) << 2) as i64),
         x,
         first.q,
         first.scale,

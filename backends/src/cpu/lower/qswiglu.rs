@@ -18,7 +18,6 @@
 //! default), within ~1e-6 relative, as `swiglu` and `sigmoid` lower it.
 
 use cranelift_codegen::ir::InstBuilder;
-use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::QActivations;
 use slmcc_ir::ops::qswiglu::QSwiGlu;
 use slmcc_ir::DType;
@@ -80,7 +79,7 @@ pub fn qswiglu(kb: &mut KernelBuilder, op: &QSwiGlu, sig: &NodeSig) -> Result<()
         n,
         group: mm.group as usize,
         int4: mm.weight_dtype() == DType::I4,
-        packed: mm.layout != QLayout::RowMajor,
+        layout: mm.layout,
         weight_only: mm.activations == QActivations::F32,
     };
     let (x, out) = (kb.buf(0), kb.buf(ins.len()));

@@ -13,7 +13,7 @@
 //!   as Mesa packs int8 weights; the generator's formula overruns its
 //!   buffer there, and no public run settles which the hardware reads.
 
-use super::matmul::{MatmulPrecision, K_ALIGN};
+use super::matmul::MatmulPrecision;
 
 /// Bytes per NC1HWC2 atom.
 pub const ATOM_BYTES: usize = 16;
@@ -76,15 +76,9 @@ pub fn unpack_cube<T: Copy>(cube: &[T], rows: usize, channels: usize, c2: usize)
 }
 
 /// Index of weight (kernel `n`, channel `k`) of `kernels` kernels of
-/// `channels` channels, in blocks of `kb` kernels (see the module doc).
-pub fn weight_index(n: usize, k: usize, kernels: usize, channels: usize, kb: usize) -> usize {
-    let start = n / kb * kb;
-    let width = kb.min(kernels - start);
-    start * channels
-        + (k / K_ALIGN as usize) * width * K_ALIGN as usize
-        + (n - start) * K_ALIGN as usize
-        + k % K_ALIGN as usize
-}
+/// `channels` channels, in blocks of `kb` kernels (see the module doc):
+/// the IR's formula, which its `rk3588` weight layout is made of.
+pub use slmcc_ir::ops::qlayout::cna_weight_index as weight_index;
 
 /// Row-major `[K, N]` matmul weights in the layout CNA reads.
 pub fn pack_weights<T: Copy + Default>(b: &[T], k: usize, n: usize, kb: usize) -> Vec<T> {

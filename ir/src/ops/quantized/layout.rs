@@ -19,13 +19,49 @@
 //!   high nibble otherwise: one 64-byte block is two such `i8` blocks, the
 //!   second in the high nibbles.
 //!
-//! The `pack-weights` pass rewrites weights into `strips16`; the reference
+//! - [`QLayout::Rk3588`] (`layout = "rk3588-k<B>"`, `B` the K block): the
+//!   order the RK3588 NPU's convolution DMA reads weights in (`docs/NPU.md`),
+//!   so that one stored weight serves the NPU's tasks and, through this
+//!   index, the CPU's kernels. `i8` only; `N` a multiple of 32, `B` a
+//!   multiple of 32 that divides `K` (and the op's group). `K` comes in
+//!   blocks of `B` rows; within a block the weight is `N/32` blocks of 32
+//!   kernels (columns) × `B` channels (rows), each as `B/32` tiles of 32
+//!   kernels × 32 channels, kernel-major: element `q[k, n]` is at
+//!   `(k/B)·B·N + cna_weight_index(n, k % B, N, B, 32)`. A task over
+//!   columns `n0 .. n0 + w` (`n0` and `w` multiples of 32) of K block `b`
+//!   reads the `w·B` bytes from `b·B·N + n0·B`: one contiguous run.
+//!
+//! The `pack-weights` pass rewrites weights into `strips16`, the NPU
+//! lowering (`slmcc_backends::npu::lower`) into `rk3588`; the reference
 //! ([`QLayout::row_major`]) reads any layout back as `[K, N]`.
 
 use crate::dtype::DType;
 
 /// Columns of one strip of [`QLayout::Strips16`].
 pub const STRIP_COLUMNS: usize = 16;
+
+/// Channels (rows of `K`) per weight tile of the NPU's layout, and the
+/// alignment of `K` blocks in [`QLayout::Rk3588`].
+pub const NPU_CHANNEL_BLOCK: usize = 32;
+
+/// Kernels (columns) per int8 weight block of [`QLayout::Rk3588`].
+pub const NPU_KERNEL_BLOCK: usize = 32;
+
+/// Index of weight (kernel `n`, channel `k`) among `kernels` kernels of
+/// `channels` channels in the layout the NPU's convolution DMA reads:
+/// blocks of `kb` kernels, `[kernels/kb][channels/32][kb][32]` (a last
+/// block of fewer than `kb` kernels is that many wide, as Mesa's rocket
+/// driver packs int8 weights). The one formula of that layout: the NPU's
+/// task packing and [`QLayout::Rk3588`] both use it.
+#[inline]
+pub fn cna_weight_index(n: usize, k: usize, kernels: usize, channels: usize, kb: usize) -> usize {
+    let start = n / kb * kb;
+    let width = kb.min(kernels - start);
+    start * channels
+        + (k / NPU_CHANNEL_BLOCK) * width * NPU_CHANNEL_BLOCK
+        + (n - start) * NPU_CHANNEL_BLOCK
+        + k % NPU_CHANNEL_BLOCK
+}
 
 /// The storage order of a quantized weight.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -36,14 +72,18 @@ pub enum QLayout {
     /// Strips of 16 columns, four (`i8`) or eight (`i4`) rows per 64-byte
     /// block (see the module doc).
     Strips16,
+    /// The RK3588 NPU's weight layout in K blocks of `k_block` rows (see
+    /// the module doc).
+    Rk3588 { k_block: u32 },
 }
 
 impl QLayout {
     /// The attribute value (`None` for the default).
-    pub fn attr_name(self) -> Option<&'static str> {
+    pub fn attr_name(self) -> Option<String> {
         match self {
             QLayout::RowMajor => None,
-            QLayout::Strips16 => Some("strips16"),
+            QLayout::Strips16 => Some("strips16".into()),
+            QLayout::Rk3588 { k_block } => Some(format!("rk3588-k{k_block}")),
         }
     }
 
@@ -52,7 +92,15 @@ impl QLayout {
         match name {
             "row-major" => Some(QLayout::RowMajor),
             "strips16" => Some(QLayout::Strips16),
-            _ => None,
+            _ => {
+                let digits = name.strip_prefix("rk3588-k")?;
+                // Canonical decimal only: the printer's form.
+                if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                let k_block = digits.parse().ok().filter(|&b: &u32| b > 0)?;
+                Some(QLayout::Rk3588 { k_block })
+            }
         }
     }
 
@@ -80,6 +128,33 @@ impl QLayout {
                     None
                 }
             }
+            QLayout::Rk3588 { k_block } => {
+                let kb = k_block as usize;
+                if dtype != DType::I8 {
+                    Some(format!("{dtype} weights (the NPU's layout holds i8)"))
+                } else if !n.is_multiple_of(NPU_KERNEL_BLOCK) {
+                    Some(format!("N = {n} is not a multiple of {NPU_KERNEL_BLOCK}"))
+                } else if !kb.is_multiple_of(NPU_CHANNEL_BLOCK) {
+                    Some(format!(
+                        "the K block {kb} is not a multiple of {NPU_CHANNEL_BLOCK}"
+                    ))
+                } else if !k.is_multiple_of(kb) {
+                    Some(format!("K = {k} is not a multiple of the K block {kb}"))
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Why products in groups of `group` rows cannot read weights in this
+    /// layout, if they cannot: an `rk3588` K block must lie in one group.
+    pub fn unfit_group(self, group: usize) -> Option<String> {
+        match self {
+            QLayout::Rk3588 { k_block } if !group.is_multiple_of(k_block as usize) => Some(
+                format!("the group {group} is not a multiple of the K block {k_block}"),
+            ),
+            _ => None,
         }
     }
 
@@ -97,6 +172,10 @@ impl QLayout {
                 } else {
                     s * 16 * rows + (k / 4) * 64 + 4 * j + k % 4
                 }
+            }
+            QLayout::Rk3588 { k_block } => {
+                let kb = k_block as usize;
+                (k / kb) * kb * cols + cna_weight_index(n, k % kb, cols, kb, NPU_KERNEL_BLOCK)
             }
         }
     }
@@ -172,5 +251,46 @@ mod tests {
         assert!(QLayout::RowMajor.unfit(DType::I4, 3, 5).is_none());
         assert_eq!(QLayout::from_name("strips16"), Some(l));
         assert_eq!(QLayout::from_name("other"), None);
+        let npu = QLayout::Rk3588 { k_block: 64 };
+        assert!(npu.unfit(DType::I8, 128, 64).is_none());
+        assert!(npu.unfit(DType::I4, 128, 64).unwrap().contains("i4"));
+        assert!(npu.unfit(DType::I8, 128, 48).unwrap().contains("N = 48"));
+        assert!(npu.unfit(DType::I8, 96, 64).unwrap().contains("K = 96"));
+        let odd = QLayout::Rk3588 { k_block: 48 };
+        assert!(odd.unfit(DType::I8, 96, 64).unwrap().contains("K block 48"));
+        assert!(npu.unfit_group(128).is_none());
+        assert!(npu.unfit_group(96).unwrap().contains("group 96"));
+        for (name, want) in [
+            ("rk3588-k64", Some(npu)),
+            ("rk3588-k064", None),
+            ("rk3588-k0", None),
+            ("rk3588-k", None),
+            ("rk3588-k+64", None),
+        ] {
+            assert_eq!(QLayout::from_name(name), want, "{name}");
+        }
+        assert_eq!(npu.attr_name().as_deref(), Some("rk3588-k64"));
+    }
+
+    #[test]
+    fn rk3588_is_a_permutation_whose_task_slices_are_contiguous() {
+        let (k, n, kb) = (128, 96, 64);
+        let l = QLayout::Rk3588 { k_block: kb as u32 };
+        let values: Vec<i64> = (0..(k * n) as i64).collect();
+        let packed = l.pack(DType::I8, k, n, &values);
+        let mut sorted = packed.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, values);
+        assert_eq!(l.row_major(DType::I8, k, n, &packed), values);
+        // K block 1, kernels 32..96: one run from 1·64·96 + 32·64, whose
+        // tiles are 32 kernels × 32 channels, kernel-major.
+        let at = |kk: usize, nn: usize| l.index(DType::I8, k, n, kk, nn);
+        let start = kb * n + 32 * kb;
+        assert_eq!(at(64, 32), start);
+        assert_eq!(at(65, 32), start + 1);
+        assert_eq!(at(64, 33), start + 32);
+        assert_eq!(at(96, 32), start + 32 * 32);
+        assert_eq!(at(64, 64), start + 32 * kb);
+        assert_eq!(at(127, 95), k * n - 1);
     }
 }

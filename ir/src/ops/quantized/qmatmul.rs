@@ -125,7 +125,7 @@ impl OpDef for QMatMul {
             ("group", Attr::Int(self.group)),
         ];
         if let Some(name) = self.layout.attr_name() {
-            attrs.push(("layout", Attr::Str(name.to_string())));
+            attrs.push(("layout", Attr::Str(name)));
         }
         if self.activations == QActivations::F32 {
             attrs.push(("activations", Attr::Str("f32".to_string())));
@@ -233,6 +233,12 @@ impl QMatMul {
             bail!(
                 "`{op}` K = {kv} is not a multiple of group = {}",
                 self.group
+            );
+        }
+        if let Some(why) = self.layout.unfit_group(self.group as usize) {
+            bail!(
+                "`{op}` weights {q} do not fit layout {:?}: {why}",
+                self.layout
             );
         }
         let groups = Dim::fixed(kv / self.group);
@@ -347,7 +353,9 @@ pub(crate) fn layout_attr(op: &str, attrs: &mut Attrs) -> Result<QLayout, OpErro
         None => Ok(QLayout::RowMajor),
         Some(name) => match QLayout::from_name(&name) {
             Some(layout) => Ok(layout),
-            None => bail!("`{op}` layout must be \"row-major\" or \"strips16\", got {name:?}"),
+            None => bail!(
+                "`{op}` layout must be \"row-major\", \"strips16\" or \"rk3588-k<B>\", got {name:?}"
+            ),
         },
     }
 }
