@@ -59,13 +59,6 @@ pub enum BackendArg {
     /// through the register interface the board's driver takes
     /// (docs/NPU.md), bit-exact; the rest on cpu.
     NpuSim,
-    /// The older model of an NPU with our own instruction set
-    /// (docs/NPU_ISA.md): qmatmuls, RMS norms and attention on its
-    /// simulator, the rest on cpu. No board runs its programs.
-    NpuIsaSim,
-    /// As npu-isa-sim, attention on the CPU (only the kernels bit-exact
-    /// with their ops).
-    NpuIsaSimExact,
     /// As npu-sim, on the board's NPU through the mainline `rocket`
     /// driver (/dev/accel) or the vendor `rknpu` one (/dev/dri); on cpu
     /// when there is none or a task fails, said once.
@@ -80,8 +73,6 @@ impl BackendArg {
             BackendArg::Reference => "reference",
             BackendArg::Cpu => "cpu",
             BackendArg::NpuSim => "npu-sim",
-            BackendArg::NpuIsaSim => "npu-isa-sim",
-            BackendArg::NpuIsaSimExact => "npu-isa-sim-exact",
             BackendArg::Npu => "npu",
         }
     }

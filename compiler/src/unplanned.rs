@@ -1,6 +1,6 @@
 //! Running a model's symbolic graph on a backend with static kernels,
 //! without compiling a package: what `slmcc run`, `onnx-test` and `golden
-//! check` do with `--backend cpu` and `npu-sim`.
+//! check` do with `--backend cpu`, `npu-sim` and `npu`.
 //!
 //! The symbols of the graph (`seq`) are bound from the input shapes
 //! ([`slmcc_runtime::bind`]), the graph is specialised to those numbers
@@ -12,13 +12,10 @@
 use std::collections::HashMap;
 
 use slmcc_backends::cpu::{CpuError, CpuOptions};
-use slmcc_backends::npu::Target;
-use slmcc_ir::placement::NpuOps;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_runtime::bind::bind_shape;
-use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::{run_static, JitKernels};
-use slmcc_runtime::npu::{NpuRecords, NpuSimKernels};
+use slmcc_runtime::npu::{NpuBackend, NpuKernels, NpuLowered};
 use slmcc_runtime::{Capture, RunError, RunResult};
 
 /// `graph` of `module` specialised to the shapes of `inputs`, with the
@@ -54,23 +51,6 @@ pub fn specialize_to_inputs(
     let special = slmcc_passes::specialize(module, &graph.name, &symbols)
         .map_err(|e| err(format!("binding symbols: {e}")))?;
     Ok((special, symbols))
-}
-
-/// Specialises `graph` to the inputs, builds the kernels of the
-/// specialised graph with `kernels` and runs them once.
-fn run_specialized<K: KernelSet>(
-    module: &Module,
-    graph: &Graph,
-    inputs: &[(String, Tensor)],
-    capture: &Capture,
-    kernels: impl FnOnce(&Module, &Graph) -> Result<K, RunError>,
-) -> Result<RunResult, RunError> {
-    let (special, symbols) = specialize_to_inputs(module, graph, inputs)?;
-    let g = &special.graphs[0];
-    let kernels = kernels(&special, g)?;
-    let mut result = run_static(&special, g, inputs, capture, &kernels)?;
-    result.symbols = symbols;
-    Ok(result)
 }
 
 /// The JIT's kernels for `g` (a specialised graph of base graph `base`),
@@ -141,33 +121,32 @@ impl JitRunner {
     }
 }
 
-/// Binds, specialises and runs `graph` of `module` with the NPU nodes (of
-/// the kinds `ops` allows) on their NPU model and the rest on the JIT
-/// (what `golden check --backend npu-sim` uses). Returns the run and the
-/// counts per NPU node.
-pub fn run_graph_npu_sim(
+/// Binds, specialises and runs `graph` of `module` with the NPU products
+/// lowered to their register programs (their weights stored in the NPU's
+/// layout first) and run on `backend`, and the rest on the JIT (what
+/// `run MODEL --backend npu-sim` and `golden check --backend npu-sim` of
+/// a model use).
+pub fn run_graph_npu(
     module: &Module,
     graph: &Graph,
     inputs: &[(String, Tensor)],
     capture: &Capture,
-    target: &Target,
     options: &CpuOptions,
-    ops: NpuOps,
-) -> Result<(RunResult, NpuRecords), RunError> {
-    let mut records = NpuRecords::default();
-    let result = run_specialized(module, graph, inputs, capture, |special, g| {
-        let fail = |message: String| RunError {
-            graph: graph.name.clone(),
-            node: None,
-            message,
-        };
-        let cpu = JitKernels::compile(g, options).map_err(|e| fail(e.to_string()))?;
-        let kernels =
-            NpuSimKernels::new(special, g, target, Box::new(cpu), None, ops).map_err(fail)?;
-        records = kernels.records();
-        Ok(kernels)
-    })?;
-    Ok((result, records))
+    backend: NpuBackend,
+) -> Result<RunResult, RunError> {
+    let fail = |message: String| RunError {
+        graph: graph.name.clone(),
+        node: None,
+        message,
+    };
+    let (mut special, symbols) = specialize_to_inputs(module, graph, inputs)?;
+    let lowered = NpuLowered::lower(&mut special).map_err(fail)?;
+    let g = &special.graphs[0];
+    let cpu = jit_kernels(&graph.name, g, options)?;
+    let kernels = NpuKernels::new(&special, g, &lowered, Box::new(cpu), backend).map_err(fail)?;
+    let mut result = run_static(&special, g, inputs, capture, &kernels)?;
+    result.symbols = symbols;
+    Ok(result)
 }
 
 #[cfg(test)]

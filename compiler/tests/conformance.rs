@@ -2,7 +2,7 @@
 //! in `testdata/onnx_conformance/manifest.txt`. The tests are generated from
 //! the pinned `onnx` package by `scripts/test` (which sets
 //! `SLMCC_ONNX_NODE_TESTS`); every listed test must pass, on the
-//! reference evaluation, the cpu backend and the npu-isa-sim backend.
+//! reference evaluation, the cpu backend and the npu-sim backend.
 
 mod common;
 
@@ -70,12 +70,10 @@ fn manifest_node_tests_pass_on_cpu() {
     manifest_passes_on("cpu");
 }
 
-/// The same list through the npu-isa-sim kernel set: the simulated
-/// programs of our own NPU ISA for what the placement rules give the NPU
-/// (these graphs are not quantized, so that is the RMS norms and attention
-/// of static shape), the CPU kernels for the rest. (`npu-sim`, the register
-/// interface, takes only quantized products, which these graphs lack.)
+/// The same list on `npu-sim`: each graph lowered for the RK3588 (the
+/// register interface takes only W8A8 products, which these graphs lack,
+/// so every node runs on the CPU kernels behind the NPU kernel set).
 #[test]
-fn manifest_node_tests_pass_on_npu_isa_sim() {
-    manifest_passes_on("npu-isa-sim");
+fn manifest_node_tests_pass_on_npu_sim() {
+    manifest_passes_on("npu-sim");
 }

@@ -140,7 +140,7 @@ fn runs_on_the_golden_input_and_reports() {
     for want in [
         "package of module @llama (entry @main)",
         "verified",
-        "runtime ABI 1",
+        "runtime ABI 2",
         "target cpu",
         "isa host-jit",
         "buckets 8, 16",
@@ -178,7 +178,7 @@ fn runs_on_the_golden_input_and_reports() {
         ]
     );
     assert!(r["passes"][0]["ms"].is_f64());
-    assert_eq!(r["versions"]["runtime_abi"], 1);
+    assert_eq!(r["versions"]["runtime_abi"], 2);
     assert_eq!(
         r["bytes"]["file"].as_u64().unwrap(),
         std::fs::metadata(&pkg).unwrap().len()
@@ -280,7 +280,7 @@ fn another_runtime_abi_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
     assert!(
-        e.contains("version set: the package needs runtime ABI 99, this runtime implements ABI 1"),
+        e.contains("version set: the package needs runtime ABI 99, this runtime implements ABI 2"),
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

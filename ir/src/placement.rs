@@ -1,43 +1,35 @@
-//! The placement rules of the modelled RK3588 NPU: which nodes of a graph
-//! its kernels take, and why the others stay on the CPU.
+//! The placement rules of the RK3588 NPU as slmcc drives it: which nodes
+//! of a graph run as register-command tasks on the NPU, and why the others
+//! stay on the CPU.
 //!
 //! The placement is a pure function of a graph ([`place`]). The
-//! `partition` pass reports it, the compiler emits the NPU programs of the
-//! nodes it places and the runtime runs them, all from this one function,
-//! so the three can never disagree. It lives in the IR crate because both
-//! the passes and the runtime (which does not depend on the passes) apply
-//! it; the limits are those of `backends::npu`'s kernels
-//! (`docs/NPU_ISA.md`).
+//! `partition` pass reports it, the NPU lowering
+//! (`slmcc_backends::npu::lower`) stores the weights and emits the tasks
+//! of the nodes it places, and the runtime runs those tasks, all from
+//! this one function, so the three can never disagree. It lives in the IR
+//! crate because both the passes and the backends apply it.
 //!
-//! What the NPU takes in this version: `qmatmul` and `qswiglu` (INT8 or
-//! INT4 weights, INT8 activations per token) with static weights and at
-//! most [`NPU_MAX_ROWS`] rows; `rms_norm` and `add_rms_norm` on f32 rows
-//! with static weights (bit-exact on the vector unit); `attention` with
-//! heads of at most [`NPU_MAX_HEAD`] and a mask (if any) broadcast over
-//! batch and heads (flash attention with f16 products: the one NPU kernel
-//! that is not bit-exact with its op). The rules for everything else say
-//! why it stays on the CPU: `f32` weights (the LM head the `quantize` pass
-//! keeps), ops without an NPU kernel yet (layer norm, RoPE, the gate
-//! arithmetic), and the shape and data-movement ops that have no
-//! arithmetic to speak of.
+//! What the NPU takes in this version (`docs/NPU.md`): W8A8 `qmatmul` and
+//! `qswiglu` nodes, int8 weights by int8 activations, as 1×1 convolutions
+//! whose integer sums the CPU then corrects and scales. Their weights must
+//! be module weights of static shape, in the row-major or the NPU's own
+//! `rk3588` layout, read by nothing but quantized products (so that the
+//! lowering can store them in the NPU's layout), with `N` and the group a
+//! multiple of 32 (the NPU's kernel and channel blocks: the layout is a
+//! permutation, with no room for padding). Everything else stays on the
+//! CPU, and the rules say why: 4-bit weights (no int4 MAC on the RK3588),
+//! weight-only products and `f32` matmuls (the LM head the `quantize`
+//! pass keeps), norms, attention, RoPE and the element-wise ops (no
+//! register programming of the DPU's stages has been shown to work in
+//! public), and the shape and data-movement ops.
 
 use std::sync::Arc;
 
-use crate::ops::qlayout::QLayout;
+use crate::ops::qlayout::{QLayout, NPU_CHANNEL_BLOCK, NPU_KERNEL_BLOCK};
 use crate::ops::qmatmul::QActivations;
 use crate::ops::Known;
-use crate::{DType, Graph, Op, Tensor, ValueDef, ValueId};
-
-/// Most rows one NPU matmul streams through a weight tile (the ISA's `m`
-/// field, `docs/NPU_ISA.md`).
-pub const NPU_MAX_ROWS: u64 = 4096;
-
-/// Largest head size (`d`, `dv`) the NPU attention kernel takes.
-pub const NPU_MAX_HEAD: usize = 512;
-
-/// Most queries or keys of one NPU attention (its DMA and causal-diagonal
-/// fields).
-pub const NPU_MAX_SEQ: usize = 1 << 17;
+use crate::ops::OpDef;
+use crate::{Graph, Op, Tensor, ValueDef, ValueId};
 
 /// Where a node runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,197 +42,124 @@ pub enum Device {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub device: Device,
-    pub reason: &'static str,
+    pub reason: String,
 }
 
 impl Placement {
-    pub fn npu(reason: &'static str) -> Placement {
+    pub fn npu(reason: impl Into<String>) -> Placement {
         Placement {
             device: Device::Npu,
-            reason,
+            reason: reason.into(),
         }
     }
 
-    pub fn cpu(reason: &'static str) -> Placement {
+    pub fn cpu(reason: impl Into<String>) -> Placement {
         Placement {
             device: Device::Cpu,
-            reason,
+            reason: reason.into(),
         }
     }
-}
-
-/// Which kinds of ops the NPU may take: all of them for the compiler and
-/// the runtime; a caller that compares numerics keeps some on the CPU
-/// (the attention kernel is the one NPU kernel that is not bit-exact).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NpuOps {
-    /// `qmatmul`, `qswiglu`.
-    pub matmuls: bool,
-    /// `rms_norm`, `add_rms_norm`.
-    pub norms: bool,
-    pub attention: bool,
-    /// The NPU's `qmatmul`s run through the RK3588's own register
-    /// interface on its functional model (`docs/NPU.md`) instead of our
-    /// modelled ISA. Placement does not read it.
-    pub registers: bool,
-    /// With `registers`: on the board's NPU through its driver instead of
-    /// the functional model, and on the CPU when there is none or a task
-    /// fails. Placement does not read it.
-    pub device: bool,
-}
-
-impl NpuOps {
-    pub const ALL: NpuOps = NpuOps {
-        matmuls: true,
-        norms: true,
-        attention: true,
-        registers: false,
-        device: false,
-    };
-    /// The bit-exact kernels only (attention on the CPU).
-    pub const EXACT: NpuOps = NpuOps {
-        attention: false,
-        ..NpuOps::ALL
-    };
-    /// The `qmatmul`s through the register interface; everything else on
-    /// the CPU.
-    pub const REGISTERS: NpuOps = NpuOps {
-        matmuls: true,
-        norms: false,
-        attention: false,
-        registers: true,
-        device: false,
-    };
-    /// [`NpuOps::REGISTERS`] on the board's NPU.
-    pub const DEVICE: NpuOps = NpuOps {
-        device: true,
-        ..NpuOps::REGISTERS
-    };
 }
 
 /// The placement of every node of `g`, in node order.
 pub fn place(g: &Graph) -> Vec<Placement> {
-    place_with(g, NpuOps::ALL)
-}
-
-/// [`place`] with only the op kinds `ops` allows on the NPU.
-pub fn place_with(g: &Graph, ops: NpuOps) -> Vec<Placement> {
-    (0..g.nodes.len())
-        .map(|i| {
-            let p = place_node(g, i);
-            let allowed = match g.nodes[i].op {
-                Op::QMatMul(_) | Op::QSwiGlu(_) => ops.matmuls,
-                Op::RmsNorm(_) | Op::AddRmsNorm(_) => ops.norms,
-                Op::Attention(_) => ops.attention,
-                _ => true,
-            };
-            if allowed || p.device == Device::Cpu {
-                p
-            } else {
-                Placement::cpu("kept on the CPU by the caller")
-            }
-        })
-        .collect()
+    (0..g.nodes.len()).map(|i| place_node(g, i)).collect()
 }
 
 fn place_node(g: &Graph, i: usize) -> Placement {
     let node = &g.nodes[i];
     match &node.op {
-        Op::QMatMul(_) | Op::QSwiGlu(_) => {
-            let what = if matches!(node.op, Op::QSwiGlu(_)) {
-                "quantized SwiGLU MLP: weight-stationary kernel, gate and up on one panel, SiLU·up on the vector unit"
-            } else {
-                "quantized matmul: weight-stationary INT8/INT4 kernel"
-            };
-            let w = g.ty(node.inputs[1]);
-            let rows = rows(g, i);
-            let packed = node.inputs[1..]
-                .iter()
-                .all(|&v| matches!(g.value(v).def, ValueDef::Weight(_)));
-            let (layout, activations) = match &node.op {
-                Op::QMatMul(op) => (op.layout, op.activations),
-                Op::QSwiGlu(op) => (op.layout, op.activations),
-                _ => unreachable!("matched above"),
-            };
-            if activations == QActivations::F32 {
-                Placement::cpu(
-                    "weight-only quantization: f32 activations (the NPU multiplies INT8 ones)",
-                )
-            } else if layout != QLayout::RowMajor {
-                Placement::cpu("weights stored for the CPU's dot products (pack-weights)")
-            } else if !packed {
-                Placement::cpu(
-                    "quantized weights computed at run time (the NPU packs weights at load)",
-                )
-            } else if w.shape.as_fixed().is_none() {
-                Placement::cpu("quantized weights of symbolic shape")
-            } else if rows.is_some_and(|r| r > NPU_MAX_ROWS) {
-                Placement::cpu("more than 4096 rows for one NPU matmul")
-            } else {
-                Placement::npu(what)
-            }
-        }
+        Op::QMatMul(_) | Op::QSwiGlu(_) => match npu_product(g, i) {
+            Ok(()) if matches!(node.op, Op::QSwiGlu(_)) => Placement::npu(
+                "W8A8 SwiGLU MLP: gate and up products as register-command tasks; SiLU·up, \
+                 zero points and scales on the CPU",
+            ),
+            Ok(()) => Placement::npu(
+                "W8A8 matmul: register-command tasks (int8 1×1 convolutions); zero points and \
+                 scales on the CPU",
+            ),
+            Err(why) => Placement::cpu(why),
+        },
         Op::MatMul(_) => Placement::cpu(
-            "f32 matmul (the NPU multiplies INT8/INT4 weights; quantize keeps the LM head f32)",
+            "f32 matmul (the NPU takes W8A8 products; quantize keeps the LM head f32)",
         ),
         Op::Glu(_) => Placement::cpu("f32 gated MLP (quantize with glus=keep)"),
-        Op::Attention(_) => place_attention(g, i),
-        Op::RmsNorm(_) | Op::AddRmsNorm(_) => place_rms_norm(g, i),
-        Op::LayerNorm(_) | Op::AddLayerNorm(_) => {
-            Placement::cpu("no NPU layer-norm kernel in this version")
+        Op::Attention(_) => Placement::cpu(
+            "attention: no register programming for it yet (the CPU's kernel reads the KV cache)",
+        ),
+        Op::RmsNorm(_) | Op::AddRmsNorm(_) | Op::LayerNorm(_) | Op::AddLayerNorm(_) => {
+            Placement::cpu("norm: no register programming of the DPU's stages for it yet")
         }
-        Op::Rope(_) => Placement::cpu("no NPU RoPE kernel in this version"),
+        Op::Rope(_) => Placement::cpu("no NPU RoPE in this version"),
         Op::Gather(_) | Op::GatherElements(_) | Op::GatherNd(_) => {
             Placement::cpu("table lookup (embedding): memory-bound, stays on the CPU")
         }
         Op::KvWrite(_) | Op::KvMask(_) => Placement::cpu("KV-cache bookkeeping"),
         Op::Binary(_) | Op::Unary(_) | Op::Gelu(_) | Op::Softmax(_) | Op::Cast(_) => {
-            Placement::cpu("f32 element-wise (the NPU's vector unit is INT8)")
+            Placement::cpu("f32 element-wise (no DPU element-wise programming yet)")
         }
         _ => Placement::cpu("shape or data movement (no arithmetic for the NPU)"),
     }
 }
 
-fn place_rms_norm(g: &Graph, i: usize) -> Placement {
+/// Whether quantized product node `i` of `g` runs on the NPU, or why not
+/// (see the module doc).
+fn npu_product(g: &Graph, i: usize) -> Result<(), String> {
     let node = &g.nodes[i];
-    let x = g.ty(node.inputs[0]);
-    let w = *node.inputs.last().expect("norms have a weight");
-    if x.dtype != DType::F32 {
-        Placement::cpu("norm of non-f32 rows (the NPU kernel is f32)")
-    } else if !matches!(g.value(w).def, ValueDef::Weight(_)) && constant_tensor(g, w).is_none() {
-        Placement::cpu("norm weights computed at run time (the NPU packs them at load)")
-    } else if x
-        .shape
-        .as_fixed()
-        .is_none_or(|s| s.last().is_none_or(|&n| n > 16384))
-    {
-        Placement::cpu("norm rows of symbolic shape or wider than 16384")
-    } else {
-        Placement::npu("RMS norm on the vector unit (f32, bit-exact), weights loaded once per core")
-    }
-}
-
-fn place_attention(g: &Graph, i: usize) -> Placement {
-    let node = &g.nodes[i];
-    let shapes: Option<Vec<Vec<usize>>> = node.inputs[..3]
-        .iter()
-        .map(|&v| g.ty(v).shape.as_fixed())
-        .collect();
-    let Some(shapes) = shapes else {
-        return Placement::cpu("attention of symbolic shape");
+    let (bits, group, layout, activations) = match &node.op {
+        Op::QMatMul(op) => (op.bits, op.group, op.layout, op.activations),
+        Op::QSwiGlu(op) => (op.bits, op.group, op.layout, op.activations),
+        _ => return Err("not a quantized product".into()),
     };
-    let (q, k, v) = (&shapes[0], &shapes[1], &shapes[2]);
-    if g.ty(node.inputs[0]).dtype != DType::F32 {
-        Placement::cpu("attention on non-f32 tensors")
-    } else if q[3] > NPU_MAX_HEAD || v[3] > NPU_MAX_HEAD {
-        Placement::cpu("attention heads larger than 512")
-    } else if q[2] > NPU_MAX_SEQ || k[2] > NPU_MAX_SEQ {
-        Placement::cpu("attention over more than 2^17 queries or keys")
-    } else if node.inputs.len() > 3 && npu_attention_mask_rows(g, i).is_none() {
-        Placement::cpu("attention mask not broadcast over batch and heads, or not bool/f32")
-    } else {
-        Placement::npu("flash attention: f16 products, f32 online softmax, scores stay in CBUF")
+    if activations == QActivations::F32 {
+        return Err(
+            "weight-only quantization: f32 activations (the NPU multiplies int8 ones)".into(),
+        );
     }
+    if bits != 8 {
+        return Err(
+            "4-bit weights stay on the CPU (no int4 MAC on the RK3588: docs/NPU.md)".into(),
+        );
+    }
+    if !matches!(layout, QLayout::RowMajor | QLayout::Rk3588 { .. }) {
+        return Err("weights stored for the CPU's dot products (pack-weights)".into());
+    }
+    if g.ty(node.inputs[0]).shape.as_fixed().is_none() {
+        return Err("activations of symbolic shape".into());
+    }
+    if group % NPU_CHANNEL_BLOCK as i64 != 0 {
+        return Err(format!(
+            "the group {group} is not a multiple of the NPU's {NPU_CHANNEL_BLOCK}-channel block"
+        ));
+    }
+    for &q in node.inputs[1..].iter().step_by(2) {
+        let ValueDef::Weight(name) = &g.value(q).def else {
+            return Err("quantized weights computed at run time".into());
+        };
+        let Some(&[_, n]) = g.ty(q).shape.as_fixed().as_deref() else {
+            return Err("quantized weights of symbolic shape".into());
+        };
+        if n % NPU_KERNEL_BLOCK != 0 {
+            return Err(format!(
+                "N = {n} is not a multiple of the NPU's {NPU_KERNEL_BLOCK}-kernel block"
+            ));
+        }
+        let other = g.nodes.iter().enumerate().find(|(j, other)| {
+            *j != i
+                && !matches!(other.op, Op::QMatMul(_) | Op::QSwiGlu(_))
+                && other
+                    .inputs
+                    .iter()
+                    .any(|&v| matches!(&g.value(v).def, ValueDef::Weight(w) if w == name))
+        });
+        if let Some((_, other)) = other {
+            return Err(format!(
+                "weight @{name} is also read by a `{}` (the NPU's layout is for products only)",
+                other.op.mnemonic()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The data of `v` when a `constant` node defines it as a concrete tensor.
@@ -252,28 +171,6 @@ pub fn constant_tensor(g: &Graph, v: ValueId) -> Option<Arc<Tensor>> {
         },
         _ => None,
     })
-}
-
-/// The rows of attention node `i`'s mask as the NPU kernel reads it: 1
-/// (one row for every query) or the query count, when the mask is `bool`
-/// or `f32` of static shape `[..1, ms, t]` (every dimension before the
-/// last two 1). `None` otherwise, or without a mask.
-pub fn npu_attention_mask_rows(g: &Graph, i: usize) -> Option<usize> {
-    let node = &g.nodes[i];
-    let m = g.ty(*node.inputs.get(3)?);
-    let q = g.ty(node.inputs[0]).shape.as_fixed()?;
-    let t = g.ty(node.inputs[1]).shape.as_fixed()?[2];
-    let dims = m.shape.as_fixed()?;
-    if !matches!(m.dtype, DType::Bool | DType::F32) {
-        return None;
-    }
-    let rows = match dims.len() {
-        0 => return None,
-        1 => 1,
-        n => dims[n - 2],
-    };
-    let leading_ones = dims.len() < 3 || dims[..dims.len() - 2].iter().all(|&d| d == 1);
-    (leading_ones && dims[dims.len() - 1] == t && (rows == 1 || rows == q[2])).then_some(rows)
 }
 
 /// Rows of a matmul-like node's first operand (all axes but the last), when
@@ -311,13 +208,13 @@ pub fn macs(g: &Graph, i: usize) -> u64 {
 #[doc(hidden)]
 pub mod tests_src {
     pub const SRC: &str = "module @m {
-  weight @wq : i8[4, 3]
-  weight @ws : f32[1, 3]
-  weight @head : f32[3, 5]
+  weight @wq : i8[32, 32]
+  weight @ws : f32[1, 32]
+  weight @head : f32[32, 5]
 
-  graph @main(%x: f32[2, 4]) -> (f32[2, 5]) {
-    %h = qmatmul %x, @wq, @ws {bits = 8, group = 4} : f32[2, 3]
-    %r = sigmoid %h : f32[2, 3]
+  graph @main(%x: f32[2, 32]) -> (f32[2, 5]) {
+    %h = qmatmul %x, @wq, @ws {bits = 8, group = 32} : f32[2, 32]
+    %r = sigmoid %h : f32[2, 32]
     %y = matmul %r, @head : f32[2, 5]
     return %y
   }
@@ -333,7 +230,7 @@ mod tests {
     const SRC: &str = super::tests_src::SRC;
 
     #[test]
-    fn quantized_matmuls_go_to_the_npu_the_rest_says_why_not() {
+    fn w8a8_matmuls_go_to_the_npu_the_rest_says_why_not() {
         let m = parse_module(SRC).unwrap();
         let g = &m.graphs[0];
         let p = place(g);
@@ -342,59 +239,52 @@ mod tests {
         assert!(p[1].reason.contains("element-wise"));
         assert_eq!(p[2].device, Device::Cpu);
         assert!(p[2].reason.contains("LM head"));
-        assert_eq!(macs(g, 0), 2 * 4 * 3);
-        assert_eq!(macs(g, 2), 2 * 3 * 5);
+        assert_eq!(macs(g, 0), 2 * 32 * 32);
+        assert_eq!(macs(g, 2), 2 * 32 * 5);
     }
 
     #[test]
-    fn weights_computed_at_run_time_stay_on_the_cpu() {
+    fn products_the_npu_cannot_take_say_why() {
         let m = parse_module(
             "module @m {
-  graph @main(%x: f32[2, 4], %q: i8[4, 3], %s: f32[1, 3]) -> (f32[2, 3]) {
-    %h = qmatmul %x, %q, %s {bits = 8, group = 4} : f32[2, 3]
-    return %h
+  weight @a : i8[32, 48]
+  weight @as : f32[1, 48]
+  weight @b : i4[64, 32]
+  weight @bs : f32[2, 32]
+  weight @c : i8[48, 32]
+  weight @cs : f32[1, 32]
+  weight @d : i8[32, 32]
+  weight @ds : f32[1, 32]
+  weight @e : i8[32, 32]
+  weight @es : f32[1, 32]
+
+  graph @main(%x: f32[2, 32], %x48: f32[2, 48], %q: i8[32, 32], %s: f32[1, 32]) -> (f32[2, 48], f32[2, 32], f32[2, 32], f32[2, 32], f32[2, 32], f32[32, 32], f32[2, 32], f32[2, 32]) {
+    %a = qmatmul %x, @a, @as {bits = 8, group = 32} : f32[2, 48]
+    %b = qmatmul %x, @b, @bs {bits = 4, group = 32} : f32[2, 32]
+    %c = qmatmul %x48, @c, @cs {bits = 8, group = 48} : f32[2, 32]
+    %r = qmatmul %x, %q, %s {bits = 8, group = 32} : f32[2, 32]
+    %d = qmatmul %x, @d, @ds {bits = 8, group = 32} : f32[2, 32]
+    %t = cast @d {to = f32} : f32[32, 32]
+    %e = qmatmul %x, @e, @es {bits = 8, group = 32, activations = \"f32\"} : f32[2, 32]
+    %f = qmatmul %x, @e, @es {bits = 8, group = 32, layout = \"rk3588-k32\"} : f32[2, 32]
+    return %a, %b, %c, %r, %d, %t, %e, %f
   }
 }
 ",
         )
         .unwrap();
         let p = place(&m.graphs[0]);
-        assert_eq!(p[0].device, Device::Cpu);
-        assert!(p[0].reason.contains("run time"), "{}", p[0].reason);
-    }
-
-    #[test]
-    fn norms_and_attention_go_to_the_npu_unless_they_cannot() {
-        let m = parse_module(
-            "module @m {
-  weight @w : f32[16]
-
-  graph @main(%x: f32[1, 4, 16], %r: f32[1, 4, 16], %q: f32[1, 4, 4, 8], %k: f32[1, 2, 6, 8], %keep: bool[1, 1, 4, 6], %heads: bool[1, 4, 4, 6]) -> (f32[1, 4, 16], f32[1, 4, 16], f32[1, 4, 4, 8], f32[1, 4, 4, 8], f32[1, 4, 4, 8], f32[1, 4, 4, 8]) {
-    %s, %y = add_rms_norm %x, %r, @w {eps = 1e-6} : f32[1, 4, 16], f32[1, 4, 16]
-    %c = constant {value = 1.0} : f32[16]
-    %z = rms_norm %x, %c {eps = 1e-6} : f32[1, 4, 16]
-    %a = attention %q, %k, %k, %keep {kv_heads = 2, scale = 0.25} : f32[1, 4, 4, 8]
-    %b = attention %q, %k, %k, %heads {kv_heads = 2, scale = 0.25} : f32[1, 4, 4, 8]
-    %d = attention %q, %k, %k {kv_heads = 2, scale = 0.25, causal = true, softcap = 30.0} : f32[1, 4, 4, 8]
-    %e = attention %q, %k, %k {kv_heads = 2, scale = 0.25, causal = true} : f32[1, 4, 4, 8]
-    return %s, %z, %a, %b, %d, %e
-  }
-}
-",
-        )
-        .unwrap();
-        let g = &m.graphs[0];
-        let p = place(g);
-        let devices: Vec<Device> = p.iter().map(|p| p.device).collect();
-        use Device::{Cpu, Npu};
-        assert_eq!(devices, [Npu, Cpu, Npu, Npu, Cpu, Npu, Npu], "{p:?}");
-        assert!(p[4].reason.contains("broadcast over batch and heads"));
-        assert_eq!(npu_attention_mask_rows(g, 3), Some(4));
-        assert_eq!(npu_attention_mask_rows(g, 4), None);
-        let exact = place_with(g, NpuOps::EXACT);
-        assert_eq!(exact[5].device, Cpu);
-        assert_eq!(exact[6].device, Cpu);
-        assert!(exact[6].reason.contains("kept on the CPU"));
-        assert_eq!(exact[0].device, Npu);
+        let why = |i: usize| {
+            assert_eq!(p[i].device, Device::Cpu, "node {i}");
+            p[i].reason.clone()
+        };
+        assert!(why(0).contains("N = 48"), "{}", why(0));
+        assert!(why(1).contains("4-bit"));
+        assert!(why(2).contains("group 48"));
+        assert!(why(3).contains("run time"));
+        assert!(why(4).contains("@d is also read by a `cast`"), "{}", why(4));
+        assert!(why(6).contains("weight-only"));
+        // Weights already in the NPU's layout, shared with a CPU product.
+        assert_eq!(p[7].device, Device::Npu);
     }
 }

@@ -2,9 +2,11 @@
 //! estimate of our models, never a measurement.
 //!
 //! The NPU takes what the RK3588's register interface runs
-//! (`docs/NPU.md`): the W8A8 `qmatmul` and `qswiglu` nodes
-//! ([`register_product`]). Their integer products are timed by the tile
-//! model of the register interface ([`TilePlan::estimate`]: per task a
+//! (`docs/NPU.md`): the W8A8 `qmatmul` and `qswiglu` nodes that the
+//! placement puts there, each with its register program
+//! ([`ProductProgram`]). Their integer products are timed by the tile
+//! model of the register interface ([`TilePlan::estimate`] of the
+//! program's plan, once per weight operand: per task a
 //! setup, the CBUF fill and drain at the DDR bandwidth, the MACs at the
 //! core's rate; the slowest core sets the time). The CPU's part of such a
 //! node is added to it: quantizing the activations into feature cubes,
@@ -18,14 +20,11 @@
 
 use std::collections::HashMap;
 
+use slmcc_backends::npu::lower::ProductProgram;
 use slmcc_backends::npu::regcmd::tiling::TilePlan;
 use slmcc_backends::npu::Target;
 use slmcc_ir::placement::{macs, Device};
-use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Op, OpDef};
-
-use crate::npu::{register_product, RegisterProduct};
-use crate::npu_qmatmul::NpuQMatMul;
 
 /// The board's CPU side, as the estimate models it.
 #[derive(Clone, Debug, PartialEq)]
@@ -245,42 +244,39 @@ pub fn npu_utilisation(t: &Target, macs: u64, seconds: f64) -> f64 {
 
 /// The estimate of a product on the register interface: its NPU tasks,
 /// and the CPU's work around them (see the module docs), as
-/// `(plan, NPU estimate seconds, CPU FLOPs, CPU bytes)`.
-fn register_work(
-    p: &RegisterProduct,
-    target: &Target,
-) -> Result<(TilePlan, f64, f64, f64), String> {
-    let plan = NpuQMatMul::plan_for((p.m, p.k, p.cols), p.group, target.cores)
-        .map_err(|e| e.to_string())?;
-    let npu = plan.estimate(target).seconds;
-    let (m, k) = (p.m as f64, p.k as f64);
-    let (n, blocks, groups) = (
-        f64::from(plan.n),
-        f64::from(plan.k_blocks()),
-        (p.k / p.group) as f64,
-    );
+/// `(plan, operands, NPU estimate seconds, CPU FLOPs, CPU bytes)`.
+fn register_work(p: &ProductProgram, target: &Target) -> (TilePlan, u64, f64, f64, f64) {
+    let plan = p.plan();
+    let operands = p.weights.len() as u64;
+    let npu = operands as f64 * plan.estimate(target).seconds;
+    let (m, k) = (f64::from(p.rows), f64::from(p.k));
+    let cols = operands as f64 * f64::from(p.n);
+    let (blocks, groups) = (f64::from(plan.k_blocks()), f64::from(p.k / p.group));
     // Quantizing: about 4 FLOPs per element (min/max, scale, round), the
     // f32 read and the INT8 feature cube written.
     let mut flops = 4.0 * m * k;
     let mut bytes = 5.0 * m * k;
     // The K blocks' int32 partials read and added; per group the zero
-    // point's correction and the scale (colsums and scales read); f32 out.
-    flops += m * n * (blocks + 3.0 * groups);
-    bytes += 4.0 * m * n * blocks + 8.0 * groups * n + 4.0 * m * p.cols as f64;
+    // point's correction and the scale (column sums and scales read); f32
+    // out.
+    flops += m * cols * (blocks + 3.0 * groups);
+    bytes += 4.0 * m * cols * blocks + 8.0 * groups * cols + 4.0 * m * cols;
     if p.swiglu {
         // (g · sigmoid(g)) · u: about 8 FLOPs per output.
-        flops += 4.0 * m * p.cols as f64;
+        flops += 4.0 * m * cols;
     }
-    Ok((plan, npu, flops, bytes))
+    (plan, operands, npu, flops, bytes)
 }
 
-/// The estimate of `g` (a bucket graph: static shapes).
+/// The estimate of `g` (a bucket graph: static shapes), whose NPU
+/// products have the register programs `programs`.
 pub fn estimate_graph(
     g: &Graph,
+    programs: &[ProductProgram],
     target: &Target,
     cpu: &BoardCpu,
     o: &EstimateOptions,
-) -> Result<GraphEstimate, String> {
+) -> GraphEstimate {
     let mut nodes = Vec::with_capacity(g.nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
         let op = node.op.mnemonic();
@@ -294,14 +290,9 @@ pub fn estimate_graph(
         if free {
             continue;
         }
-        let npu = match node.op {
-            Op::QMatMul(_) | Op::QSwiGlu(_) => register_product(g, i).ok(),
-            _ => None,
-        };
-        match npu {
+        match programs.iter().find(|p| p.node as usize == i) {
             Some(p) => {
-                let (plan, npu, flops, bytes) =
-                    register_work(&p, target).map_err(|e| format!("{}: {e}", node_label(g, i)))?;
+                let (plan, operands, npu, flops, bytes) = register_work(p, target);
                 nodes.push(NodeEstimate {
                     node: i,
                     op,
@@ -309,8 +300,8 @@ pub fn estimate_graph(
                     shape,
                     seconds: npu + cpu.seconds(flops, bytes),
                     npu_seconds: npu,
-                    tasks: plan.task_count(),
-                    ddr_bytes: plan.ddr_bytes() + bytes as u64,
+                    tasks: p.tasks.len() as u64,
+                    ddr_bytes: operands * plan.ddr_bytes() + bytes as u64,
                     macs: macs(g, i),
                 });
             }
@@ -330,26 +321,28 @@ pub fn estimate_graph(
             }
         }
     }
-    Ok(GraphEstimate {
+    GraphEstimate {
         graph: g.name.clone(),
         nodes,
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slmcc_backends::npu::lower::{lower_graph, store_weights};
     use slmcc_ir::text::parse_module;
+    use slmcc_ir::{DType, Tensor};
 
     const SRC: &str = "module @m {
-  weight @w8 : i8[64, 48]
-  weight @s8 : f32[1, 48]
-  weight @w4 : i4[48, 32]
-  weight @s4 : f32[3, 32]
+  weight @w8 : i8[64, 64]
+  weight @s8 : f32[1, 64]
+  weight @w4 : i4[64, 32]
+  weight @s4 : f32[4, 32]
 
   graph @main(%x: f32[1, 5, 64]) -> (f32[1, 5, 32]) {
-    %h = qmatmul %x, @w8, @s8 {bits = 8, group = 64} : f32[1, 5, 48]
-    %r = sigmoid %h : f32[1, 5, 48]
+    %h = qmatmul %x, @w8, @s8 {bits = 8, group = 64} : f32[1, 5, 64]
+    %r = sigmoid %h : f32[1, 5, 64]
     %y = qmatmul %r, @w4, @s4 {bits = 4, group = 16} : f32[1, 5, 32]
     return %y
   }
@@ -360,17 +353,22 @@ mod tests {
     /// its CPU part; the 4-bit one and the element-wise op on the CPU.
     #[test]
     fn w8a8_products_on_the_register_interface_the_rest_on_the_cpu() {
-        let m = parse_module(SRC).unwrap();
+        let mut m = parse_module(SRC).unwrap();
+        let q = Tensor::from_i64(vec![64, 64], (0..4096).map(|i| i % 200 - 100).collect());
+        m.weights.insert("w8", q.cast(DType::I8));
+        store_weights(&mut m).unwrap();
+        let programs = lower_graph(&m.graphs[0]).unwrap();
         let (t, cpu) = (Target::rk3588(), BoardCpu::rk3588());
-        let e = estimate_graph(&m.graphs[0], &t, &cpu, &EstimateOptions { context: 5 }).unwrap();
+        let o = EstimateOptions { context: 5 };
+        let e = estimate_graph(&m.graphs[0], &programs, &t, &cpu, &o);
         let devices: Vec<Device> = e.nodes.iter().map(|n| n.device).collect();
         assert_eq!(devices, [Device::Npu, Device::Cpu, Device::Cpu]);
-        let plan = NpuQMatMul::plan_for((5, 64, 48), 64, t.cores).unwrap();
+        let plan = programs[0].plan();
         let npu = &e.nodes[0];
         assert_eq!(npu.tasks, plan.task_count());
         assert_eq!(npu.npu_seconds, plan.estimate(&t).seconds);
         assert!(npu.seconds > npu.npu_seconds, "the CPU part is added");
-        assert_eq!(npu.macs, 5 * 64 * 48);
+        assert_eq!(npu.macs, 5 * 64 * 64);
         assert_eq!(e.nodes[2].tasks, 0);
         let util = e.npu_utilisation(&t);
         assert!(util > 0.0 && util < 1.0, "{util}");

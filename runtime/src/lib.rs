@@ -10,16 +10,15 @@
 //! pointers into the regions), planned buckets behind dispatch
 //! ([`planned`]: allocation-free steps) and the package format with its
 //! verifying loader ([`package`]), and token-by-token decoding over a static
-//! KV cache ([`decode`]), the simulator of our own older NPU ISA
-//! ([`npu_sim`]: executed bit-exactly with the cycle model of
-//! `docs/NPU_ISA.md`, `--backend npu-isa-sim`), the NPU part of a graph
-//! beside the CPU kernels ([`npu`]), the functional model of the RK3588's own register interface
-//! ([`npu_model`]: a task's register command list executed over an image of
-//! NPU memory) and the devices that run such lists ([`npu_device`]: the
-//! `rocket` driver's ioctls and the model behind one trait; [`npu_qmatmul`]:
-//! a W8A8 `qmatmul` tiled into tasks on such a device, bit-exact with the
-//! reference), and the loader of a package's ahead-of-time kernel objects
-//! ([`aot`]: no compiler at load).
+//! KV cache ([`decode`]), the NPU part of a graph beside the CPU kernels
+//! ([`npu`]: the W8A8 products from their register programs, bit-exact
+//! with the reference), the functional model of the RK3588's own register
+//! interface ([`npu_model`]: a task's register command list executed over
+//! an image of NPU memory), the devices that run such lists
+//! ([`npu_device`]: the `rocket` and `rknpu` drivers' ioctls and the model
+//! behind one trait), the estimated time of a graph on the board
+//! ([`estimate`]), and the loader of a package's ahead-of-time kernel
+//! objects ([`aot`]: no compiler at load).
 
 pub mod aot;
 pub mod bind;
@@ -35,8 +34,6 @@ pub mod native;
 pub mod npu;
 pub mod npu_device;
 pub mod npu_model;
-pub mod npu_qmatmul;
-pub mod npu_sim;
 pub mod npy;
 pub mod package;
 pub mod planned;

@@ -15,22 +15,26 @@
 //! channel order; the hardware's order is not public, so fp16 results are
 //! the model's, not the board's. fp16 output rounds to nearest even. An
 //! access outside the image is an error, and a failed task writes nothing.
-//! No timing yet: the cycle model of `docs/NPU_ISA.md` belongs to our own
-//! ISA.
-
-use std::collections::BTreeMap;
+//! Read-only regions can be mapped into the image from memory the caller
+//! keeps (a package's weights, used in place). The model is untimed: the
+//! estimates come from the tile model (`TilePlan::estimate`).
 
 use half::f16;
+
+use crate::npu_device::SharedBytes;
 use slmcc_backends::npu::regcmd::layout::{cube_index, cube_len, unpack_cube, weight_index};
 use slmcc_backends::npu::regcmd::{
-    self, db, Block, BufferError, MatmulError, MatmulPrecision, MatmulTask, Word,
+    self, BufferError, MatmulPrecision, MatmulTask, TaskError, Word,
 };
 
-/// NPU memory: `size` bytes at NPU addresses `base..base + size`.
+/// NPU memory: `size` bytes at NPU addresses `base..base + size`, and
+/// read-only regions mapped at other addresses ([`Ddr::map`]).
 #[derive(Clone, Debug)]
 pub struct Ddr {
     base: u32,
     bytes: Vec<u8>,
+    /// (NPU address, bytes), in address order, not overlapping.
+    mapped: Vec<(u32, SharedBytes)>,
 }
 
 /// Why a task did not run.
@@ -38,18 +42,8 @@ pub struct Ddr {
 pub enum ModelError {
     #[error(transparent)]
     Decode(#[from] BufferError),
-    #[error("the command list does not end with the pre-enable and enable words")]
-    NoEnable,
-    #[error("{0} is never written: the task is not a matmul")]
-    Missing(String),
-    #[error("not modelled: {register} = {got} (a matmul task of this shape writes {expected:#x})")]
-    Unmodelled {
-        register: String,
-        got: String,
-        expected: u32,
-    },
-    #[error("the task's shape: {0}")]
-    Shape(#[from] MatmulError),
+    #[error(transparent)]
+    Task(#[from] TaskError),
     #[error("NPU memory [{addr:#x}, +{len:#x}) is outside the image [{base:#x}, +{size:#x})")]
     OutOfRange {
         addr: u64,
@@ -64,7 +58,38 @@ impl Ddr {
         Ddr {
             base,
             bytes: vec![0; size],
+            mapped: Vec::new(),
         }
+    }
+
+    /// Maps `bytes` read-only at NPU address `addr`: tasks read them in
+    /// place. Fails when the range passes 32 bits or overlaps the image
+    /// or another mapped region.
+    pub fn map(&mut self, addr: u32, bytes: SharedBytes) -> Result<(), ModelError> {
+        let len = bytes.bytes().len() as u64;
+        let end = u64::from(addr) + len;
+        let overlaps = |start: u64, stop: u64| u64::from(addr) < stop && start < end;
+        let image = (
+            u64::from(self.base),
+            u64::from(self.base) + self.bytes.len() as u64,
+        );
+        if end > 1 << 32
+            || overlaps(image.0, image.1)
+            || self
+                .mapped
+                .iter()
+                .any(|(a, b)| overlaps(u64::from(*a), u64::from(*a) + b.bytes().len() as u64))
+        {
+            return Err(ModelError::OutOfRange {
+                addr: u64::from(addr),
+                len,
+                base: self.base,
+                size: self.bytes.len() as u64,
+            });
+        }
+        let at = self.mapped.partition_point(|(a, _)| *a < addr);
+        self.mapped.insert(at, (addr, bytes));
+        Ok(())
     }
 
     pub fn base(&self) -> u32 {
@@ -90,8 +115,16 @@ impl Ddr {
         Ok(start..end)
     }
 
-    /// `len` bytes at NPU address `addr`.
+    /// `len` bytes at NPU address `addr`, in the image or in one mapped
+    /// region.
     pub fn read(&self, addr: u32, len: usize) -> Result<&[u8], ModelError> {
+        let region = self.mapped.partition_point(|(a, _)| *a <= addr);
+        if let Some((start, bytes)) = region.checked_sub(1).map(|i| &self.mapped[i]) {
+            let at = (addr - start) as usize;
+            if let Some(b) = bytes.bytes().get(at..at.saturating_add(len)) {
+                return Ok(b);
+            }
+        }
         let r = self.range(addr, len)?;
         Ok(&self.bytes[r])
     }
@@ -119,102 +152,11 @@ pub fn execute(ddr: &mut Ddr, regcmd: &[u8]) -> Result<TaskReport, ModelError> {
 
 /// Runs one task's decoded command list.
 pub fn execute_words(ddr: &mut Ddr, words: &[Word]) -> Result<TaskReport, ModelError> {
-    let task = matmul_of(words)?;
+    let task = MatmulTask::from_words(words)?;
     let output = run_matmul(ddr, &task)?;
     ddr.write(task.output, &output)?;
     let macs = u64::from(task.m) * u64::from(task.k) * u64::from(task.n);
     Ok(TaskReport { task, macs })
-}
-
-/// The register state a list leaves: register offset to value.
-fn register_state(words: &[Word]) -> Result<(BTreeMap<u16, u32>, u32), ModelError> {
-    let [.., Word::PreEnable, Word::Enable { blocks }] = words else {
-        return Err(ModelError::NoEnable);
-    };
-    let mut state = BTreeMap::new();
-    for w in words {
-        if let Word::Write { reg, value } = w {
-            state.insert(reg.offset, *value);
-        }
-    }
-    Ok((state, *blocks))
-}
-
-/// Reads `block.register.field` from the state.
-fn field(
-    state: &BTreeMap<u16, u32>,
-    block: Block,
-    reg: &str,
-    name: &str,
-) -> Result<u32, ModelError> {
-    let missing = || ModelError::Missing(format!("{block}_{reg}.{name}"));
-    let r = db::lookup(block, reg).ok_or_else(missing)?;
-    let f = r.field(name).ok_or_else(missing)?;
-    let value = state.get(&r.offset).ok_or_else(missing)?;
-    Ok(f.get(*value))
-}
-
-/// The matmul a register state describes, checked register by register
-/// against the programming of that matmul.
-fn matmul_of(words: &[Word]) -> Result<MatmulTask, ModelError> {
-    let (state, blocks) = register_state(words)?;
-    let get = |block, reg, name| field(&state, block, reg, name);
-    let in_precision = get(Block::Cna, "CONV_CON1", "IN_PRECISION")?;
-    let out_precision = get(Block::Dpu, "DATA_FORMAT", "OUT_PRECISION")?;
-    let precision = match (in_precision, out_precision) {
-        (0, 4) => MatmulPrecision::Int8,
-        (2, 5) => MatmulPrecision::Fp16,
-        (2, 2) => MatmulPrecision::Fp16ToFp16,
-        (i, o) => {
-            return Err(ModelError::Unmodelled {
-                register: "precisions (CNA in, DPU out)".into(),
-                got: format!("{i}, {o}"),
-                expected: 0,
-            })
-        }
-    };
-    let task = MatmulTask {
-        precision,
-        m: get(Block::Cna, "DATA_SIZE0", "DATAIN_HEIGHT")?,
-        k: get(Block::Cna, "DATA_SIZE1", "DATAIN_CHANNEL")?,
-        n: get(Block::Cna, "WEIGHT_SIZE2", "WEIGHT_KERNELS")?,
-        input: get(Block::Cna, "FEATURE_DATA_ADDR", "FEATURE_BASE_ADDR")?,
-        weights: get(Block::Cna, "DCOMP_ADDR0", "DECOMPRESS_ADDR0")?,
-        output: get(Block::Dpu, "DST_BASE_ADDR", "DST_BASE_ADDR")?,
-    };
-    let mut expected_offsets = Vec::new();
-    for w in task.regcmd()? {
-        match w {
-            Word::Write { reg, value } => {
-                expected_offsets.push(reg.offset);
-                let got = state.get(&reg.offset).copied();
-                if got != Some(value) {
-                    return Err(ModelError::Unmodelled {
-                        register: reg.full_name(),
-                        got: got.map_or("unwritten".into(), |v| format!("{v:#x}")),
-                        expected: value,
-                    });
-                }
-            }
-            Word::Enable { blocks: want } if want != blocks => {
-                return Err(ModelError::Unmodelled {
-                    register: "the enable word's blocks".into(),
-                    got: format!("{blocks:#x}"),
-                    expected: want,
-                });
-            }
-            _ => {}
-        }
-    }
-    if let Some((&offset, &value)) = state.iter().find(|(o, _)| !expected_offsets.contains(o)) {
-        let name = db::register(offset).map_or(format!("{offset:#06x}"), |r| r.full_name());
-        return Err(ModelError::Unmodelled {
-            register: name,
-            got: format!("{value:#x}"),
-            expected: 0,
-        });
-    }
-    Ok(task)
 }
 
 /// The output cube's bytes of `task`, computed from the image.

@@ -6,8 +6,10 @@ mod common;
 
 use half::f16;
 use slmcc_backends::npu::regcmd::layout::{pack_cube, pack_weights, unpack_cube};
-use slmcc_backends::npu::regcmd::{db, encode_buffer, Block, MatmulPrecision, MatmulTask, Word};
-use slmcc_runtime::npu_device::{DeviceError, ModelDevice, NpuDevice, NpuTask};
+use slmcc_backends::npu::regcmd::{
+    db, encode_buffer, Block, MatmulPrecision, MatmulTask, TaskError, Word,
+};
+use slmcc_runtime::npu_device::{DeviceError, ModelDevice, NpuDevice, NpuTask, SharedBytes};
 use slmcc_runtime::npu_model::{execute, Ddr, ModelError};
 
 use common::Rng;
@@ -181,7 +183,10 @@ fn programs_the_model_does_not_know_are_refused_by_register() {
 
     // No enable at the end.
     let err = execute(&mut ddr, &encode_buffer(&words[..106])).unwrap_err();
-    assert!(matches!(err, ModelError::NoEnable), "{err}");
+    assert!(
+        matches!(err, ModelError::Task(TaskError::NoEnable)),
+        "{err}"
+    );
 
     // An undecodable word: the decoder's message, with its index.
     let mut bytes = encode_buffer(&words);
@@ -199,24 +204,35 @@ fn programs_the_model_does_not_know_are_refused_by_register() {
 }
 
 /// An int8 matmul through the device trait: buffers, writes, one submit,
-/// the read back; here on the functional model.
+/// the read back; here on the functional model. With `import`, the
+/// weights are an imported (read-only) buffer.
 fn matmul_on(
     dev: &mut dyn NpuDevice,
-    a: &[i8],
-    b: &[i8],
-    m: usize,
-    k: usize,
-    n: usize,
+    (a, b): (&[i8], &[i8]),
+    (m, k, n): (usize, usize, usize),
+    import: bool,
 ) -> Vec<i32> {
     let p = MatmulPrecision::Int8;
     let to_bytes = |v: Vec<i8>| -> Vec<u8> { v.iter().map(|&x| x as u8).collect() };
     let a_bytes = to_bytes(pack_cube(a, m, k, p.input_atom_channels()));
     let b_bytes = to_bytes(pack_weights(b, k, n, p.kernel_block()));
     let abuf = dev.alloc(a_bytes.len()).unwrap();
-    let bbuf = dev.alloc(b_bytes.len()).unwrap();
+    let bbuf = match import {
+        true => dev.import(SharedBytes::Owned(b_bytes.into())).unwrap(),
+        false => {
+            let buf = dev.alloc(b_bytes.len()).unwrap();
+            dev.write(&buf, 0, &b_bytes).unwrap();
+            buf
+        }
+    };
+    if import {
+        assert!(matches!(
+            dev.write(&bbuf, 0, &[1]),
+            Err(DeviceError::ReadOnly(_))
+        ));
+    }
     let cbuf = dev.alloc(m * n * 4).unwrap();
     dev.write(&abuf, 0, &a_bytes).unwrap();
-    dev.write(&bbuf, 0, &b_bytes).unwrap();
     let t = MatmulTask {
         precision: p,
         m: m as u32,
@@ -252,7 +268,7 @@ fn the_device_trait_submits_to_the_model() {
     let b: Vec<i8> = (0..k * n).map(|_| rng.small(127) as i8).collect();
     let mut dev = ModelDevice::new(0x2000_0000, 1 << 20);
     assert_eq!(dev.name(), "model");
-    let c = matmul_on(&mut dev, &a, &b, m, k, n);
+    let c = matmul_on(&mut dev, (&a, &b), (m, k, n), false);
     assert_int8_matmul(&c, &a, &b, (m, k, n));
 
     // Out of a buffer, an unknown buffer, a list outside NPU memory, too
@@ -284,4 +300,19 @@ fn the_device_trait_submits_to_the_model() {
         dev.alloc(1 << 21),
         Err(DeviceError::OutOfMemory(_))
     ));
+}
+
+/// An imported buffer is read in place by the tasks and refuses writes;
+/// the model's own memory does not hold it.
+#[test]
+fn imported_weights_are_read_in_place() {
+    let mut rng = Rng(0x1a7);
+    let (m, k, n) = (4, 64, 32);
+    let a: Vec<i8> = (0..m * k).map(|_| rng.small(127) as i8).collect();
+    let b: Vec<i8> = (0..k * n).map(|_| rng.small(127) as i8).collect();
+    // Room for the features, the output and the list (a page each), not
+    // the weights.
+    let mut dev = ModelDevice::new(0x2000_0000, 3 * 4096);
+    let c = matmul_on(&mut dev, (&a, &b), (m, k, n), true);
+    assert_int8_matmul(&c, &a, &b, (m, k, n));
 }

@@ -2,9 +2,11 @@
 //!
 //! Import, run the target's pipeline (fusion, quantization with `--quant`,
 //! bucket specialisation, memory planning; for `--target rk3588` also the
-//! `partition` pass), check that every node of every bucket lowers on the
-//! cpu backend (compiling it: JIT for the host, an aarch64 object for the
-//! board), emit the NPU program of every node placed on the NPU (rk3588),
+//! `partition` pass), for rk3588 store the NPU products' weights in the
+//! NPU's layout and lower those products to register programs
+//! (`slmcc_backends::npu::lower`), check that every node of every bucket
+//! lowers on the cpu backend (compiling it: JIT for the host, an aarch64
+//! object for the board; the NPU products too, for the CPU fallback),
 //! then write the package ([`slmcc_runtime::package`]) through a temporary
 //! file renamed into place. Nothing in the package depends on
 //! when or where it was built: the same model and options give the same
@@ -19,11 +21,11 @@ use prost::Message;
 use serde_json::json;
 use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
 use slmcc_backends::cpu::{CpuOptions, JitProgram, KERNEL_LIBRARY};
+use slmcc_backends::npu::lower::{lower_graph, store_weights};
 use slmcc_ir::{Module, OpDef, Region};
 use slmcc_passes::{parse_pipeline, PassRecord};
-use slmcc_runtime::npu::plan_graph;
 use slmcc_runtime::package::{
-    self, BucketEntry, KernelObject, KernelSymbol, Manifest, NpuProgram, TargetOptions, VersionSet,
+    self, BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet,
     ISA_HOST_JIT, RUNTIME_ABI, TARGET_CPU, TARGET_RK3588,
 };
 
@@ -166,22 +168,6 @@ fn default_output(model: &Path) -> PathBuf {
     PathBuf::from(format!("{stem}.slmpkg"))
 }
 
-/// The NPU program of every node the partition places on the NPU, in node
-/// order, as the container bytes the package stores.
-fn npu_programs(g: &slmcc_ir::Graph) -> Result<Vec<NpuProgram>, String> {
-    plan_graph(g, &slmcc_backends::npu::Target::rk3588())?
-        .into_iter()
-        .map(|k| {
-            let program = slmcc_backends::npu::container::write_program(&k.program)
-                .map_err(|e| e.to_string())?;
-            Ok(NpuProgram {
-                node: k.node as u32,
-                program,
-            })
-        })
-        .collect()
-}
-
 /// A C symbol prefix for a graph's kernels.
 fn symbol_prefix(graph: &str) -> String {
     let clean: String = graph
@@ -223,6 +209,13 @@ pub fn run(args: CompileArgs) -> CmdResult {
     )?;
     let records = slmcc_passes::run_pipeline(&mut module, &pipeline)
         .with_context(|| format!("{}", model.display()))?;
+
+    // The NPU's part: its products' weights in the NPU's layout (before
+    // the CPU kernels and the IR are written: both read that layout).
+    let npu_weights = match choice.npu {
+        true => store_weights(&mut module).map_err(|e| at(&e))?,
+        false => Vec::new(),
+    };
 
     // Every graph must be a planned bucket of one base graph.
     let mut graphs: Vec<(&str, u64)> = Vec::new();
@@ -291,7 +284,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
             }
         }
         if choice.npu {
-            entry.npu = npu_programs(g).map_err(|e| at(&e))?;
+            entry.npu = lower_graph(g).map_err(|e| at(&e))?;
             if entry.npu.is_empty() {
                 tracing::warn!(
                     "graph @{name}: no node runs on the NPU (it takes the quantized matmuls \
@@ -338,6 +331,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         source_sha256: source_sha256.to_vec(),
         // Filled in by `package::seal` below.
         weight_sections: None,
+        npu_weights,
     };
     let weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
     let manifest = package::seal(manifest, &weights);

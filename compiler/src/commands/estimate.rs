@@ -2,24 +2,23 @@
 //! each kernel (grouped by op and shapes; the NPU's W8A8 products through
 //! its register interface, with their task counts), the CPU/NPU split and
 //! NPU MAC utilisation, then the estimated time to first token and decode
-//! rate;
-//! with `--asm`, the disassembly of every NPU program (encoded and decoded
-//! again, so it shows what the binary form holds).
+//! rate; with `--asm`, every NPU product's register program: its tile
+//! plan, then each task's command list decoded from the bytes stored (one
+//! line per word, as `slmcc npu disasm` prints them).
 //!
 //! Every number here is the estimate of our models
 //! ([`slmcc_runtime::estimate`]), labelled as such.
 
 use std::fmt::Write as _;
 
-use slmcc_backends::npu::encode::{disassemble, encode_stream};
+use slmcc_backends::npu::regcmd::decode_buffer;
 use slmcc_backends::npu::Target;
 use slmcc_ir::placement::Device;
 use slmcc_ir::{Module, OpDef};
 use slmcc_runtime::estimate::{
     estimate_graph, npu_utilisation, BoardCpu, EstimateOptions, GraphEstimate,
 };
-use slmcc_runtime::npu::plan_graph;
-use slmcc_runtime::package::Package;
+use slmcc_runtime::npu::NpuLowered;
 
 /// The bucket graphs of `m` with their sizes, smallest first.
 fn buckets(m: &Module) -> Vec<(usize, &slmcc_ir::Graph)> {
@@ -69,8 +68,9 @@ fn table(e: &GraphEstimate, out: &mut String) {
     }
 }
 
-/// The estimate section for `m` (bucket graphs, static shapes).
-pub fn estimate_report(m: &Module, prompt: usize) -> anyhow::Result<String> {
+/// The estimate section for `m` (bucket graphs, static shapes) with its
+/// NPU programs `lowered`.
+pub fn estimate_report(m: &Module, lowered: &NpuLowered, prompt: usize) -> String {
     let target = Target::rk3588();
     let cpu = BoardCpu::rk3588();
     let mut out = String::new();
@@ -91,8 +91,8 @@ pub fn estimate_report(m: &Module, prompt: usize) -> anyhow::Result<String> {
             .iter()
             .any(|n| matches!(n.op, slmcc_ir::Op::KvWrite(_)));
         let context = if size == 1 { prompt + 1 } else { size };
-        let e = estimate_graph(g, &target, &cpu, &EstimateOptions { context })
-            .map_err(|e| anyhow::anyhow!("graph @{}: {e}", g.name))?;
+        let programs = lowered.programs.get(&g.name).map_or(&[][..], Vec::as_slice);
+        let e = estimate_graph(g, programs, &target, &cpu, &EstimateOptions { context });
         let _ = writeln!(out, "  bucket @{} ({size} tokens)", g.name);
         table(&e, &mut out);
         let (npu, cpu_s) = (e.seconds_on(Device::Npu), e.seconds_on(Device::Cpu));
@@ -141,40 +141,51 @@ pub fn estimate_report(m: &Module, prompt: usize) -> anyhow::Result<String> {
             );
         }
     }
-    Ok(out)
+    out
 }
 
-/// The disassembly of every NPU program of every bucket: those `pkg`
-/// stores when given (what runs on the board), else emitted now.
-pub fn asm_report(m: &Module, pkg: Option<&Package>) -> anyhow::Result<String> {
-    let target = Target::rk3588();
+/// Every NPU product's register program, per bucket (see the module
+/// doc).
+pub fn asm_report(m: &Module, lowered: &NpuLowered) -> anyhow::Result<String> {
     let mut out = String::new();
     for (size, g) in buckets(m) {
-        let stored = pkg.map(|p| p.npu_programs(&g.name)).transpose()?;
-        for k in plan_graph(g, &target).map_err(|e| anyhow::anyhow!("graph @{}: {e}", g.name))? {
-            let program = match &stored {
-                Some(s) => s.get(&k.node).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "graph @{}: no NPU program stored for node {}",
-                        g.name,
-                        k.node
-                    )
-                })?,
-                None => &k.program,
-            };
+        for p in lowered.programs.get(&g.name).into_iter().flatten() {
+            let node = &g.nodes[p.node as usize];
             let _ = writeln!(
                 out,
-                "; @{} ({size} tokens) node %{}: {} {}",
+                "; @{} ({size} tokens) node %{}: {} M={} K={} N={} x {} (weights {}), groups of \
+                 {}, K blocks of {}; tiles {} rows x {} kernels over {} cores, {} tasks",
                 g.name,
-                g.value(g.nodes[k.node].outputs[0]).name,
-                g.nodes[k.node].op.mnemonic(),
-                k.kernel.describe()
+                g.value(node.outputs[0]).name,
+                node.op.mnemonic(),
+                p.rows,
+                p.k,
+                p.n,
+                p.weights.len(),
+                p.weights.join(", "),
+                p.group,
+                p.k_block,
+                p.mt,
+                p.nt,
+                p.cores,
+                p.tasks.len()
             );
-            for (c, core) in program.cores.iter().enumerate() {
-                for (q, instrs) in [("dma", &core.dma), ("compute", &core.compute)] {
-                    let _ = writeln!(out, "core{c}.{q}:");
-                    let bytes = encode_stream(instrs)?;
-                    out.push_str(&disassemble(&bytes)?);
+            for (i, t) in p.tasks.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "; task {i}: core {}, weights {}, rows {}..{}, kernels {}..{}, channels \
+                     {}..{}",
+                    t.core,
+                    p.weights[t.operand as usize],
+                    t.m0,
+                    t.m0 + t.rows,
+                    t.n0,
+                    t.n0 + t.kernels,
+                    t.k0,
+                    t.k0 + p.k_block
+                );
+                for w in decode_buffer(&t.regcmd)? {
+                    let _ = writeln!(out, "{w}");
                 }
             }
         }

@@ -12,15 +12,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use slmcc_backends::cpu::CpuOptions;
-use slmcc_ir::placement::NpuOps;
 use slmcc_ir::{Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_runtime::decode::{bucket_graphs, DecodeError, Decoder};
 use slmcc_runtime::exec::KernelSet;
+use slmcc_runtime::npu::{NpuBackend, NpuLowered};
 use slmcc_runtime::npy;
 use slmcc_runtime::sample::{Sampler, Sampling};
 
-use super::load::{cpu_kernels, is_rk3588, npu_sim_kernels, Backend, Loaded};
+use super::load::{cpu_kernels, npu_kernels, npu_lowered, Backend, Loaded};
 use super::profile::{Phases, Profile};
 use super::tokenize::Tokenizer;
 use crate::cli::{BackendArg, GenerateArgs, QuantScheme};
@@ -119,7 +119,10 @@ fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::R
                 .buckets(BucketSpec::Sizes(sizes))
                 .packed(PackTarget::Cpu)
                 .planned(),
-            Backend::NpuSim(_) => cached.buckets(BucketSpec::Sizes(sizes)).planned(),
+            Backend::Npu(_) => cached
+                .buckets(BucketSpec::Sizes(sizes))
+                .packed(PackTarget::Rk3588)
+                .planned(),
             Backend::Reference => cached,
         };
         pipeline
@@ -145,36 +148,33 @@ fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::R
         Backend::Cpu => {
             planned_decoder(&module, &cpu, package.as_ref(), None, profile).map_err(|e| at(&e))
         }
-        Backend::NpuSim(ops) => {
-            planned_decoder(&module, &cpu, package.as_ref(), Some(ops), profile).map_err(|e| at(&e))
+        Backend::Npu(b) => {
+            let lowered = npu_lowered(&mut module, package.as_ref())?;
+            let npu = Some((&lowered, b));
+            planned_decoder(&module, &cpu, package.as_ref(), npu, profile).map_err(|e| at(&e))
         }
     }
 }
 
 /// The planned decoder over every bucket graph of `module`: cpu kernels
 /// (a package's objects for this machine when it has them), or with `npu`
-/// the NPU nodes of the kinds given on the simulator (the programs of an
-/// rk3588 package when given); every kernel timed into `profile` if given.
+/// the NPU products from their programs on that backend; every kernel
+/// timed into `profile` if given.
 fn planned_decoder(
     module: &Module,
     options: &CpuOptions,
     package: Option<&Package>,
-    npu: Option<NpuOps>,
+    npu: Option<(&NpuLowered, NpuBackend)>,
     profile: Option<&Rc<Profile>>,
 ) -> Result<Decoder, DecodeError> {
     let graphs = bucket_graphs(module)?;
-    let target = slmcc_backends::npu::Target::rk3588();
     let kernels = |g: &slmcc_ir::Graph| -> Result<Box<dyn KernelSet>, DecodeError> {
         let fail =
             |e: &dyn std::fmt::Display| DecodeError::Graph(format!("graph @{}: {e}", g.name));
         let kernels: Box<dyn KernelSet> = match npu {
-            Some(ops) => {
-                let programs = package.filter(|p| is_rk3588(p));
-                Box::new(
-                    npu_sim_kernels(module, g, programs, &target, options, ops)
-                        .map_err(|e| fail(&e))?,
-                )
-            }
+            Some((lowered, b)) => Box::new(
+                npu_kernels(module, g, lowered, package, options, b).map_err(|e| fail(&e))?,
+            ),
             None => cpu_kernels(g, package, options).map_err(|e| fail(&e))?,
         };
         Ok(match profile {

@@ -5,18 +5,15 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::{Pipeline, Quant};
-use slmcc::unplanned::{run_graph_jit, run_graph_npu_sim};
+use slmcc::unplanned::{run_graph_jit, run_graph_npu};
 use slmcc_backends::cpu::CpuOptions;
-use slmcc_backends::npu::Target;
-use slmcc_ir::placement::NpuOps;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::quantize::Method;
 use slmcc_runtime::aot::{host_triple, AotKernels};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
-use slmcc_runtime::npu::{NodeRecord, NpuSimKernels};
-use slmcc_runtime::npu_sim::npu_utilisation;
+use slmcc_runtime::npu::{NpuBackend, NpuKernels, NpuLowered};
 use slmcc_runtime::package::{Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
@@ -31,14 +28,11 @@ pub enum Backend {
     /// bound from the input shapes and every node becomes a kernel; a graph
     /// with an op the backend does not lower yet fails naming that node.
     Cpu,
-    /// The modelled RK3588: the nodes the `partition` pass places on the
-    /// NPU, of the kinds `ops` allows, run there, the rest on the cpu
-    /// backend as above. `npu-sim`: the W8A8 `qmatmul`s and `qswiglu`s
-    /// through the register interface on its functional model; `npu`: the
-    /// same on the board's NPU (the CPU when there is none);
-    /// `npu-isa-sim`: every NPU kind on the simulator of our own ISA
-    /// (`npu-isa-sim-exact`: attention on the CPU).
-    NpuSim(NpuOps),
+    /// The RK3588: the W8A8 products the placement puts on the NPU run
+    /// their register programs there, the rest on the cpu backend as
+    /// above. `npu-sim`: on the register interface's functional model;
+    /// `npu`: on the board's NPU (the CPU when there is none).
+    Npu(NpuBackend),
 }
 
 impl From<BackendArg> for Backend {
@@ -46,10 +40,8 @@ impl From<BackendArg> for Backend {
         match b {
             BackendArg::Reference => Backend::Reference,
             BackendArg::Cpu => Backend::Cpu,
-            BackendArg::NpuSim => Backend::NpuSim(NpuOps::REGISTERS),
-            BackendArg::NpuIsaSim => Backend::NpuSim(NpuOps::ALL),
-            BackendArg::NpuIsaSimExact => Backend::NpuSim(NpuOps::EXACT),
-            BackendArg::Npu => Backend::NpuSim(NpuOps::DEVICE),
+            BackendArg::NpuSim => Backend::Npu(NpuBackend::Model),
+            BackendArg::Npu => Backend::Npu(NpuBackend::Board),
         }
     }
 }
@@ -206,13 +198,7 @@ pub fn execute(
     match backend {
         Backend::Reference => run_graph(module, graph, inputs, capture),
         Backend::Cpu => run_graph_jit(module, graph, inputs, capture, cpu),
-        Backend::NpuSim(ops) => {
-            let target = slmcc_backends::npu::Target::rk3588();
-            let (result, records) =
-                run_graph_npu_sim(module, graph, inputs, capture, &target, cpu, ops)?;
-            log_npu_records(&records.borrow(), &target);
-            Ok(result)
-        }
+        Backend::Npu(b) => run_graph_npu(module, graph, inputs, capture, cpu, b),
     }
 }
 
@@ -260,23 +246,28 @@ pub fn is_rk3588(pkg: &Package) -> bool {
         .is_some_and(|v| v.target == TARGET_RK3588)
 }
 
-/// The NPU kernels of bucket graph `g` for the NPU backends (the kinds
-/// `ops` allows; `npu-isa-sim`'s programs stored in `pkg` when given, else
-/// emitted now); the other nodes on [`cpu_kernels`].
-pub fn npu_sim_kernels(
+/// The NPU part of `module` (bucket graphs) for the NPU backends: the
+/// programs `pkg` stores, checked, else the module lowered now (its NPU
+/// products' weights stored in the NPU's layout first).
+pub fn npu_lowered(module: &mut Module, pkg: Option<&Package>) -> anyhow::Result<NpuLowered> {
+    match pkg {
+        Some(p) => NpuLowered::from_package(p, module).map_err(|e| anyhow!(e)),
+        None => NpuLowered::lower(module).map_err(|e| anyhow!(e)),
+    }
+}
+
+/// The kernels of bucket graph `g` on an NPU backend: its NPU products
+/// from `lowered`, the other nodes on [`cpu_kernels`].
+pub fn npu_kernels(
     module: &Module,
     g: &Graph,
+    lowered: &NpuLowered,
     pkg: Option<&Package>,
-    target: &Target,
     options: &CpuOptions,
-    ops: NpuOps,
-) -> Result<NpuSimKernels, String> {
-    let stored = pkg
-        .map(|p| p.npu_programs(&g.name))
-        .transpose()
-        .map_err(|e| e.to_string())?;
+    backend: NpuBackend,
+) -> Result<NpuKernels, String> {
     let cpu = cpu_kernels(g, pkg, options)?;
-    NpuSimKernels::new(module, g, target, cpu, stored.as_ref(), ops)
+    NpuKernels::new(module, g, lowered, cpu, backend)
 }
 
 /// The CPU kernels of bucket graph `g`: the kernels of `pkg`'s object for
@@ -316,34 +307,6 @@ pub fn cpu_kernels(
     }
     let jit = JitKernels::compile(g, options).map_err(|e| format!("cpu backend: {e}"))?;
     Ok(Box::new(jit))
-}
-
-/// Logs what `npu-isa-sim`'s simulator counted (an estimate of the model,
-/// not a measurement): kernels, cycles, DDR bytes, MAC utilisation. The
-/// register interface's functional model does not time its tasks
-/// (`slmcc report` has their estimate).
-pub fn log_npu_records(records: &std::collections::HashMap<usize, NodeRecord>, t: &Target) {
-    let (mut cycles, mut bytes, mut macs) = (0u64, 0u64, 0u64);
-    for r in records.values() {
-        cycles += r.last.cycles;
-        bytes += r.last.ddr_bytes_read + r.last.ddr_bytes_written;
-        macs += r.last.macs;
-    }
-    if cycles == 0 {
-        tracing::info!(
-            "{} NPU nodes on the register interface (untimed; `slmcc report` estimates them)",
-            records.len()
-        );
-        return;
-    }
-    tracing::info!(
-        "npu-isa-sim (the model's estimate): {} NPU kernels, {cycles} cycles ({:.3} ms at {} MHz), \
-         {bytes} DDR bytes, MAC utilisation {:.1}%",
-        records.len(),
-        cycles as f64 / t.clock_hz as f64 * 1e3,
-        t.clock_hz / 1_000_000,
-        100.0 * npu_utilisation(t, macs, cycles)
-    );
 }
 
 /// The graph to run: `main` if there is one, else the only graph.

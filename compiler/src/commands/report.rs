@@ -20,7 +20,7 @@ use crate::cli::{ReportArgs, Target};
 use crate::exit::CmdResult;
 
 pub use slmcc::pipeline::DEFAULT_BUCKETS;
-use slmcc::pipeline::{BucketSpec, Pipeline};
+use slmcc::pipeline::{BucketSpec, PackTarget, Pipeline};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 
 use super::estimate::{asm_report, estimate_report};
@@ -62,10 +62,10 @@ pub fn run(args: ReportArgs) -> CmdResult {
             .into());
         }
         let pkg = Package::open(path)?;
-        let module = pkg.module()?;
+        let mut module = pkg.module()?;
         print!("{}", package_report(&pkg));
         print!("{}", text_report(&module, path, false));
-        print_npu(&module, &args, is_rk3588(&pkg), Some(&pkg))?;
+        print_npu(&mut module, &args, is_rk3588(&pkg), Some(&pkg))?;
         if let Some(svg) = &args.plan_svg {
             super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
         }
@@ -81,9 +81,14 @@ pub fn run(args: ReportArgs) -> CmdResult {
         super::load::calibrate(&mut module, &args.quant, &quant, path, &cpu)?;
         let buckets = args.buckets.as_deref().unwrap_or(DEFAULT_BUCKETS);
         let sizes = parse_buckets(buckets).map_err(|e| anyhow!("--buckets: {e}"))?;
-        Pipeline::fusion()
+        let pipeline = Pipeline::fusion()
             .quantized(quant)
-            .buckets(BucketSpec::Sizes(sizes))
+            .buckets(BucketSpec::Sizes(sizes));
+        let pipeline = match rk3588 {
+            true => pipeline.packed(PackTarget::Rk3588),
+            false => pipeline,
+        };
+        pipeline
             .planned()
             .run(&mut module)
             .with_context(|| format!("{}", path.display()))?;
@@ -98,20 +103,27 @@ pub fn run(args: ReportArgs) -> CmdResult {
     if let Some(svg) = &args.plan_svg {
         super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
     }
-    print_npu(&module, &args, rk3588, None)
+    print_npu(&mut module, &args, rk3588, None)
 }
 
-/// The rk3588 estimate and, with `--asm`, the NPU programs.
-fn print_npu(module: &Module, args: &ReportArgs, rk3588: bool, pkg: Option<&Package>) -> CmdResult {
+/// The rk3588 estimate and, with `--asm`, the NPU programs: those `pkg`
+/// stores, else the module's lowered now.
+fn print_npu(
+    module: &mut Module,
+    args: &ReportArgs,
+    rk3588: bool,
+    pkg: Option<&Package>,
+) -> CmdResult {
     if !rk3588 {
         if args.asm {
             return Err(anyhow!("--asm: only rk3588 models have NPU programs").into());
         }
         return Ok(());
     }
-    print!("{}", estimate_report(module, args.prompt_len)?);
+    let lowered = super::load::npu_lowered(module, pkg)?;
+    print!("{}", estimate_report(module, &lowered, args.prompt_len));
     if args.asm {
-        print!("{}", asm_report(module, pkg)?);
+        print!("{}", asm_report(module, &lowered)?);
     }
     Ok(())
 }
@@ -182,8 +194,13 @@ fn package_report(pkg: &Package) -> String {
         let npu = match b.npu.len() {
             0 => String::new(),
             n => format!(
-                ", {n} NPU programs ({} bytes)",
-                b.npu.iter().map(|p| p.program.len()).sum::<usize>()
+                ", {n} NPU programs ({} register-command tasks, {} bytes of command lists)",
+                b.npu.iter().map(|p| p.tasks.len()).sum::<usize>(),
+                b.npu
+                    .iter()
+                    .flat_map(|p| &p.tasks)
+                    .map(|t| t.regcmd.len())
+                    .sum::<usize>()
             ),
         };
         let _ = writeln!(

@@ -1,13 +1,11 @@
 //! `slmcc run`: run a model on input tensors and write or summarise its outputs.
 
-use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::{BucketSpec, PackTarget, Pipeline, Quant};
-use slmcc_backends::npu::Target;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
 use slmcc_runtime::bucket::{Buckets, Padding};
@@ -17,8 +15,8 @@ use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    calibrate, cpu_kernels, entry_graph, execute, is_rk3588, log_npu_records, npu_sim_kernels,
-    prepare_quantized, read_tensor, Backend, Loaded,
+    calibrate, cpu_kernels, entry_graph, execute, npu_kernels, npu_lowered, prepare_quantized,
+    read_tensor, Backend, Loaded,
 };
 use super::profile::{Phases, Profile};
 use crate::cli::{BackendArg, QuantScheme, RunArgs};
@@ -148,7 +146,7 @@ fn run_bucketed(
             pipeline = Some(match backend {
                 Backend::Reference => bucketed.text(),
                 Backend::Cpu => bucketed.packed(PackTarget::Cpu).planned().text(),
-                Backend::NpuSim(_) => bucketed.planned().text(),
+                Backend::Npu(_) => bucketed.packed(PackTarget::Rk3588).planned().text(),
             });
             entry_graph(module)?.name.clone()
         }
@@ -203,7 +201,7 @@ fn run_bucketed(
             bail!("--profile times kernels: it needs --backend cpu or npu-sim")
         }
         Backend::Reference => buckets.run(inputs, padding).map_err(|e| at(&e))?,
-        Backend::Cpu | Backend::NpuSim(_) => {
+        Backend::Cpu | Backend::Npu(_) => {
             let Some((_, info)) = buckets.pick(len) else {
                 bail!(
                     "{}: graph @{base}: input has seq = {len}, which exceeds the largest bucket ({})",
@@ -213,21 +211,20 @@ fn run_bucketed(
             };
             let size = info.size as usize;
             let options = args.threads.cpu_options();
-            let target = Target::rk3588();
-            let records = RefCell::new(None);
+            let lowered = match backend {
+                Backend::Npu(_) => Some(npu_lowered(module, pkg).map_err(|e| at(&e))?),
+                _ => None,
+            };
+            let module = &*module;
             let kernels = |g: &Graph| -> Result<Box<dyn KernelSet>, ExecError> {
                 let fail = |message: String| ExecError {
                     graph: g.name.clone(),
                     node: None,
                     message,
                 };
-                let kernels: Box<dyn KernelSet> = match backend {
-                    Backend::NpuSim(ops) => {
-                        let programs = pkg.filter(|p| is_rk3588(p));
-                        let k = npu_sim_kernels(module, g, programs, &target, &options, ops)
-                            .map_err(fail)?;
-                        *records.borrow_mut() = Some(k.records());
-                        Box::new(k)
+                let kernels: Box<dyn KernelSet> = match (backend, &lowered) {
+                    (Backend::Npu(b), Some(lowered)) => {
+                        Box::new(npu_kernels(module, g, lowered, pkg, &options, b).map_err(fail)?)
                     }
                     _ => cpu_kernels(g, pkg, &options).map_err(fail)?,
                 };
@@ -239,11 +236,7 @@ fn run_bucketed(
             let mut planned =
                 PlannedBuckets::load(module, &base, padding, &|s| s == size, &kernels)
                     .map_err(|e| at(&e))?;
-            let run = planned.run(inputs).map_err(|e| at(&e))?;
-            if let Some(r) = records.borrow().as_ref() {
-                log_npu_records(&r.borrow(), &target);
-            }
-            run
+            planned.run(inputs).map_err(|e| at(&e))?
         }
     };
     tracing::info!(

@@ -23,7 +23,7 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     name: "target",
     kind: OptionKind::Enum(&["cpu", "rk3588"]),
     default: "cpu",
-    help: "cpu (every quantized product runs on the CPU) or rk3588 (only those the placement keeps on the CPU; NPU weights stay row-major)",
+    help: "cpu (every quantized product runs on the CPU) or rk3588 (only those the placement keeps on the CPU; the NPU lowering stores the NPU's own)",
 }];
 
 /// Stores the weights of quantized products that run on the CPU in

@@ -1,402 +1,225 @@
-//! The NPU part of a graph: the kernels of the nodes the `partition` pass
-//! places on the NPU, built from the nodes' static shapes and weights, run
-//! behind the executor's [`KernelSet`] interface, with every other node on
-//! the Cranelift CPU kernels.
+//! The NPU part of a graph: the W8A8 products that the placement puts on
+//! the NPU, each run from its register program, behind the executor's
+//! [`KernelSet`] interface, with every other node on the CPU kernels.
 //!
-//! With `NpuOps::REGISTERS` (`--backend npu-sim`) the W8A8 `qmatmul`s and
-//! `qswiglu`s run through the RK3588's own register interface
-//! ([`registers`]) on its functional model, bit for bit the reference op;
-//! with `NpuOps::DEVICE` (`--backend npu`) on the board's NPU, falling back
-//! to the CPU kernels when there is none or a call fails (said once).
-//! Everything else stays on the CPU.
-//!
-//! The older model (`--backend npu-isa-sim`, `NpuOps::ALL`) runs programs
-//! of our own ISA (`docs/NPU_ISA.md`) on its simulator, for `qmatmul`,
-//! `qswiglu`, `rms_norm`, `add_rms_norm` and `attention`. [`plan_node`]
-//! gives such a node's kernel (tile plan, DDR image layout) and program
-//! without touching weights (what the compiler stores and `slmcc report
-//! --asm` disassembles); [`NpuSimKernels`] also packs the weights into one
-//! DDR image per kernel at load. A call writes the node's operands into
-//! its image, runs the program on the simulator and reads the results:
-//! per kernel kind in [`qmatmul`] (activations quantized on the CPU; bit
-//! for bit the reference op), [`norm`] (bit for bit) and [`attention`]
-//! (f16 products: within f16 rounding).
+//! The programs and the weights' NPU facts ([`NpuLowered`]) come from a
+//! package, where the compiler stored them, or from the backend's
+//! lowering of a module in memory (`slmcc run MODEL.onnx --backend
+//! npu-sim`). With [`NpuBackend::Model`] (`--backend npu-sim`) each
+//! product runs on a functional model of its own, which reads the
+//! weights in place. With [`NpuBackend::Board`] (`--backend npu`) they run
+//! on the board's NPU, through one device that all of them share. When
+//! there is no device, or a call fails, the products run on their CPU
+//! kernels, and that is said once.
 
-mod attention;
-mod norm;
-mod qmatmul;
-mod registers;
-
-pub use registers::{register_product, RegisterProduct};
+pub mod product;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use slmcc_backends::npu::kernels::attention::{AttentionLayout, AttentionPlan};
-use slmcc_backends::npu::kernels::qmatmul::QMatmulLayout;
-use slmcc_backends::npu::kernels::rms_norm::{RmsNormLayout, RmsNormPlan};
-use slmcc_backends::npu::tiler::QTilePlan;
-use slmcc_backends::npu::{Program, Target};
-use slmcc_ir::placement::{constant_tensor, place_with, Device, NpuOps};
+use slmcc_backends::npu::lower::{lower_graph, store_weights, NpuWeight, ProductProgram};
+use slmcc_ir::placement::{place, Device};
 use slmcc_ir::verify::node_label;
-use slmcc_ir::{Graph, Module, Op, OpDef, ValueDef, ValueId};
+use slmcc_ir::{Graph, Module, TensorData, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
-use crate::npu_device::{open_board, NpuDevice};
-use crate::npu_sim::{NpuSim, SimStats};
+use crate::npu_device::{open_board, ModelDevice, NpuDevice, SharedBytes, PAGE};
+use crate::package::Package;
+pub use product::LoadedProduct;
+use product::OperandData;
 
-/// What an NPU node's program was planned from.
-#[derive(Clone, Debug)]
-pub enum NpuKernel {
-    /// `qmatmul` or `qswiglu`.
-    QMatmul {
-        plan: QTilePlan,
-        layout: QMatmulLayout,
-    },
-    /// `rms_norm` or `add_rms_norm`.
-    RmsNorm {
-        plan: RmsNormPlan,
-        layout: RmsNormLayout,
-    },
-    Attention {
-        plan: AttentionPlan,
-        layout: AttentionLayout,
-    },
+/// Where the NPU products run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NpuBackend {
+    /// The functional model of the register interface, one per product.
+    Model,
+    /// The board's NPU (`rocket`, else `rknpu`), else the CPU kernels.
+    Board,
 }
 
-impl NpuKernel {
-    /// One line on the kernel's shapes and tiling (`slmcc report --asm`).
-    pub fn describe(&self) -> String {
-        match self {
-            NpuKernel::QMatmul { plan, layout } => {
-                let p = plan.problem;
-                format!(
-                    "m={} k={} n={} {:?} group={}, tiles k={} n={}, ddr: consts {:#x} xq {:#x} rows {:#x} out {:#x}",
-                    p.m, p.k, p.n, p.wtype, p.group, plan.kt, plan.nt, layout.consts, layout.xq,
-                    layout.rows, layout.out
-                )
-            }
-            NpuKernel::RmsNorm { plan, layout } => format!(
-                "m={} n={} residual={}, rows per tile {}, cores {}, ddr: params {:#x} x {:#x} y {:#x}",
-                plan.m, plan.n, plan.residual, plan.rows_per_tile, plan.cores, layout.params,
-                layout.x, layout.y
-            ),
-            NpuKernel::Attention { plan, layout } => {
-                let p = plan.problem;
-                format!(
-                    "b={} heads={}/{} s={} t={} d={} dv={} causal={} window={} mask={:?}, \
-                     query block {}, key tile {}, cores {}, ddr: q {:#x} k {:#x} v {:#x} out {:#x}",
-                    p.batch, p.heads, p.kv_heads, p.s, p.t, p.d, p.dv, p.causal, p.window,
-                    p.mask, plan.mq, plan.nk, plan.cores, layout.q, layout.k, layout.v, layout.out
-                )
-            }
-        }
+/// NPU address where each product's model memory starts.
+const MODEL_BASE: u32 = 0x1000_0000;
+
+/// The NPU part of a module: its weights' NPU facts by name and each
+/// bucket graph's programs.
+#[derive(Clone, Debug, Default)]
+pub struct NpuLowered {
+    pub weights: HashMap<String, NpuWeight>,
+    pub programs: HashMap<String, Vec<ProductProgram>>,
+}
+
+impl NpuLowered {
+    /// Lowers a module in memory: stores its NPU weights in the NPU's
+    /// layout and lowers every graph (static shapes: bucket graphs).
+    pub fn lower(module: &mut Module) -> Result<NpuLowered, String> {
+        let weights = store_weights(module).map_err(|e| e.to_string())?;
+        let programs = module
+            .graphs
+            .iter()
+            .map(|g| Ok((g.name.clone(), lower_graph(g).map_err(|e| e.to_string())?)))
+            .collect::<Result<_, String>>()?;
+        Ok(NpuLowered {
+            weights: weights.into_iter().map(|w| (w.name.clone(), w)).collect(),
+            programs,
+        })
+    }
+
+    /// What `pkg` stores, each program checked against its graph in
+    /// `module` (the package's module).
+    pub fn from_package(pkg: &Package, module: &Module) -> Result<NpuLowered, String> {
+        let programs = module
+            .graphs
+            .iter()
+            .map(|g| {
+                let p = pkg
+                    .npu_programs(module, &g.name)
+                    .map_err(|e| e.to_string())?;
+                Ok((g.name.clone(), p))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(NpuLowered {
+            weights: pkg.npu_weights(),
+            programs,
+        })
     }
 }
 
-/// One NPU node's kernel, without its data.
-#[derive(Clone, Debug)]
-pub struct NpuNode {
-    /// The node's index in its graph.
-    pub node: usize,
-    pub kernel: NpuKernel,
-    pub program: Program,
-}
-
-/// The kernel of node `node` of `g` (static shapes: a bucket graph) for
-/// `target`.
-pub fn plan_node(g: &Graph, node: usize, target: &Target) -> Result<NpuNode, String> {
-    plan_node_keys(g, node, target, None)
-}
-
-/// [`plan_node`], with an attention node's program over only the first
-/// `keys` keys when given (what a decode step with that many cache slots
-/// filled runs: the estimate's).
-pub fn plan_node_keys(
-    g: &Graph,
-    node: usize,
-    target: &Target,
-    keys: Option<usize>,
-) -> Result<NpuNode, String> {
-    let n = &g.nodes[node];
-    let planned = match n.op {
-        Op::QMatMul(_) | Op::QSwiGlu(_) => qmatmul::plan(g, node, target),
-        Op::RmsNorm(_) | Op::AddRmsNorm(_) => norm::plan(g, node, target),
-        Op::Attention(_) => attention::plan(g, node, target, keys),
-        _ => Err(format!("no NPU kernel for `{}`", n.op.mnemonic())),
-    };
-    let (kernel, program) = planned.map_err(|e| format!("node {}: {e}", node_label(g, node)))?;
-    Ok(NpuNode {
-        node,
-        kernel,
-        program,
-    })
-}
-
-/// The kernels of every node of `g` that [`place`] puts on the NPU.
-pub fn plan_graph(g: &Graph, target: &Target) -> Result<Vec<NpuNode>, String> {
-    plan_graph_with(g, target, NpuOps::ALL)
-}
-
-/// [`plan_graph`] with only the op kinds `ops` allows on the NPU
-/// ([`place_with`]).
-pub fn plan_graph_with(g: &Graph, target: &Target, ops: NpuOps) -> Result<Vec<NpuNode>, String> {
-    place_with(g, ops)
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.device == Device::Npu)
-        .map(|(i, _)| plan_node(g, i, target))
-        .collect()
-}
-
-/// The static shape of value `v`, or an error naming `what`.
-fn fixed_shape(g: &Graph, v: ValueId, what: &str) -> Result<Vec<usize>, String> {
-    g.ty(v)
-        .shape
-        .as_fixed()
-        .ok_or_else(|| format!("{what} of symbolic shape"))
-}
-
-/// A weight operand's data, by its value: a module weight or a constant.
-fn weight_data(
-    module: &Module,
-    g: &Graph,
-    v: ValueId,
-) -> Result<std::sync::Arc<slmcc_ir::Tensor>, String> {
-    let ValueDef::Weight(name) = &g.value(v).def else {
-        if let Some(t) = constant_tensor(g, v) {
-            return Ok(t);
-        }
-        return Err(
-            "a weight operand computed at run time (the NPU kernel packs weights at load)".into(),
-        );
-    };
-    module
+/// The bytes of weight `name` in the NPU's layout: the package's mapping
+/// when it is mapped, else a copy of the tensor held in memory.
+fn weight_bytes(module: &Module, name: &str, len: usize) -> Result<SharedBytes, String> {
+    if let Some((map, at)) = module.weights.mapped(name) {
+        let end = at.checked_add(len).filter(|&e| e <= map.len());
+        return end
+            .map(|end| SharedBytes::Mapped(map.clone(), at..end))
+            .ok_or_else(|| format!("weight @{name} lies outside its mapping"));
+    }
+    let t = module
         .weights
         .tensor(name)
         .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("weight @{name} has no data"))
+        .ok_or_else(|| format!("weight @{name} has no data"))?;
+    match t.data() {
+        TensorData::I8(v) => Ok(SharedBytes::Owned(v.iter().map(|&b| b as u8).collect())),
+        _ => Err(format!("weight @{name} is not i8")),
+    }
 }
 
-/// A quantized product node's weights (operands after the activations,
-/// in `q`, `scale` pairs): each as int8 values, f32 scales and its column
-/// count.
-type QWeights = Vec<(Vec<i8>, Vec<f32>, usize)>;
+/// The `f32` values of a module weight operand.
+fn f32_weight(module: &Module, g: &Graph, v: ValueId) -> Result<Vec<f32>, String> {
+    let ValueDef::Weight(name) = &g.value(v).def else {
+        return Err("scales computed at run time".into());
+    };
+    let t = module
+        .weights
+        .tensor(name)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("weight @{name} has no data"))?;
+    t.as_f32()
+        .map(<[f32]>::to_vec)
+        .ok_or_else(|| format!("scales @{name} are not f32"))
+}
 
-fn quantized_weights(module: &Module, g: &Graph, node: usize) -> Result<QWeights, String> {
-    g.nodes[node].inputs[1..]
-        .chunks(2)
-        .map(|pair| {
-            let q = weight_data(module, g, pair[0])?;
-            let scale = weight_data(module, g, pair[1])?;
-            let cols = q.shape().get(1).copied().ok_or("a weight of rank < 2")?;
-            let values = q.to_i64_vec().into_iter().map(|v| v as i8).collect();
-            let scale = scale.as_f32().ok_or("scales are not f32")?.to_vec();
-            Ok((values, scale, cols))
+/// The operands' data of `program` (node `program.node` of `g`).
+fn operands(
+    module: &Module,
+    g: &Graph,
+    program: &ProductProgram,
+    stored: &HashMap<String, NpuWeight>,
+) -> Result<Vec<OperandData>, String> {
+    let inputs = &g.nodes[program.node as usize].inputs;
+    program
+        .weights
+        .iter()
+        .enumerate()
+        .map(|(o, name)| {
+            let w = stored
+                .get(name)
+                .ok_or_else(|| format!("weight @{name} has no NPU column sums"))?;
+            let data = OperandData {
+                weights: weight_bytes(module, name, program.weight_bytes() as usize)?,
+                scale: f32_weight(module, g, inputs[2 + 2 * o])?,
+                column_sums: w.column_sums.clone(),
+            };
+            data.check(program, w)?;
+            Ok(data)
         })
         .collect()
 }
 
-/// `len` f32 values at `p`.
-///
-/// # Safety
-///
-/// `p` must be valid for reads of `len` f32 values and 4-byte aligned.
-unsafe fn f32s<'a>(p: *const u8, len: usize) -> &'a [f32] {
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts(p as *const f32, len) }
+/// NPU memory a product's program needs besides its weights, each buffer
+/// rounded to pages: what its functional model is given.
+pub fn program_bytes(program: &ProductProgram) -> usize {
+    let lists: u64 = program.tasks.iter().map(|t| t.regcmd.len() as u64).sum();
+    [program.features_bytes, program.outputs_bytes, lists]
+        .iter()
+        .map(|&b| (b as usize).next_multiple_of(PAGE))
+        .sum()
 }
 
-/// Writes `v` little-endian at DDR offset `at`.
-fn write_f32s(ddr: &mut [u8], at: u32, v: &[f32]) {
-    for (b, x) in ddr[at as usize..][..4 * v.len()].chunks_exact_mut(4).zip(v) {
-        b.copy_from_slice(&x.to_le_bytes());
-    }
-}
-
-/// Reads `len` f32 values at DDR offset `at` into `p`.
-///
-/// # Safety
-///
-/// `p` must be valid for writes of `len` f32 values and 4-byte aligned.
-unsafe fn read_f32s(ddr: &[u8], at: u32, p: *mut u8, len: usize) {
-    // SAFETY: the caller's contract.
-    let out = unsafe { std::slice::from_raw_parts_mut(p as *mut f32, len) };
-    for (o, b) in out
-        .iter_mut()
-        .zip(ddr[at as usize..][..4 * len].chunks_exact(4))
-    {
-        *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
-    }
-}
-
-/// Runs a node's `program` on its simulator.
-fn run_program(sim: &mut NpuSim, program: &Program) -> Result<SimStats, KernelError> {
-    sim.run(program)
-        .map_err(|_| KernelError("npu simulator failed (see `slmcc report --asm`)"))
-}
-
-/// What the simulator counted for one NPU node over the calls so far.
-#[derive(Clone, Debug, Default)]
-pub struct NodeRecord {
-    pub calls: u64,
-    /// The last call's counts.
-    pub last: SimStats,
-}
-
-/// Counts per NPU node of a loaded graph, shared with its kernels.
-pub type NpuRecords = Rc<RefCell<HashMap<usize, NodeRecord>>>;
-
-/// One NPU node loaded: its DDR image (constants packed at load) and the
-/// buffers a call fills, reused by every call.
-enum LoadedNode {
-    Q(qmatmul::LoadedQ),
-    Registers(Box<registers::RegistersQ>),
-    Norm(norm::LoadedNorm),
-    Attention(attention::LoadedAttention),
-}
-
-fn load_node(
+/// Loads `program` (checked against its node of `g`, a graph of
+/// `module`) with its weights on `dev`: what [`NpuKernels::new`] does per
+/// product.
+pub fn load_product(
     module: &Module,
     g: &Graph,
-    node: NpuNode,
-    target: &Target,
-) -> Result<LoadedNode, String> {
-    let i = node.node;
-    Ok(match node.kernel {
-        NpuKernel::QMatmul { plan, layout } => LoadedNode::Q(qmatmul::LoadedQ::load(
-            module,
-            g,
-            i,
-            (plan, layout),
-            node.program,
-            target,
-        )?),
-        NpuKernel::RmsNorm { plan, layout } => LoadedNode::Norm(norm::LoadedNorm::load(
-            module,
-            g,
-            i,
-            (plan, layout),
-            node.program,
-            target,
-        )?),
-        NpuKernel::Attention { plan, layout } => LoadedNode::Attention(
-            attention::LoadedAttention::load((plan, layout), node.program, target),
-        ),
-    })
-}
-
-impl LoadedNode {
-    /// One call on node `node`'s buffers (operands, then results), counted
-    /// in `records`.
-    ///
-    /// # Safety
-    ///
-    /// The buffers must be valid and 4-byte aligned for the node's static
-    /// types; results may alias operands (every operand is copied into
-    /// the DDR image before any result is written).
-    unsafe fn call_raw(
-        &mut self,
-        node: usize,
-        ins: &[*const u8],
-        outs: &[*mut u8],
-        records: &NpuRecords,
-    ) -> Result<(), KernelError> {
-        // SAFETY: the caller's contract.
-        let stats = unsafe {
-            match self {
-                LoadedNode::Q(l) => l.call_raw(ins, outs),
-                LoadedNode::Registers(l) => l.call_raw(ins, outs),
-                LoadedNode::Norm(l) => l.call_raw(ins, outs),
-                LoadedNode::Attention(l) => l.call_raw(ins, outs),
-            }
-        }?;
-        let mut r = records.borrow_mut();
-        let rec = r.entry(node).or_default();
-        rec.calls += 1;
-        rec.last = stats;
-        Ok(())
-    }
+    program: &ProductProgram,
+    stored: &HashMap<String, NpuWeight>,
+    dev: Rc<RefCell<dyn NpuDevice>>,
+) -> Result<LoadedProduct, String> {
+    let data = operands(module, g, program, stored)?;
+    LoadedProduct::load(program.clone(), data, dev)
+        .map_err(|e| format!("loading its NPU program: {e}"))
 }
 
 /// Whether the missing NPU device was reported (once per process).
 static NO_DEVICE_SAID: AtomicBool = AtomicBool::new(false);
 
-/// A graph's kernels for the executor: the NPU nodes on the simulator, the
-/// rest on the CPU kernels given (the JIT's, or a package's object).
-pub struct NpuSimKernels {
+/// A graph's kernels for the executor: the NPU products on their device,
+/// the rest on the CPU kernels given (the JIT's, or a package's object).
+pub struct NpuKernels {
     cpu: Box<dyn KernelSet>,
-    npu: HashMap<usize, Rc<RefCell<LoadedNode>>>,
-    records: NpuRecords,
+    npu: HashMap<usize, Rc<RefCell<LoadedProduct>>>,
     /// On a board's device: set once an NPU call failed, after which the
-    /// NPU nodes run their CPU kernels.
+    /// products run their CPU kernels.
     npu_failed: Option<Rc<Cell<bool>>>,
 }
 
-impl NpuSimKernels {
-    /// Loads the NPU nodes of `graph` (a bucket graph of `module`; the
-    /// kinds `ops` allows) with their weights; the other nodes run on
-    /// `cpu`, the graph's CPU kernels.
-    /// With `stored` (a package's programs,
-    /// [`crate::package::Package::npu_programs`]) every NPU node runs the
-    /// program stored for it, which must exist; otherwise the programs are
-    /// emitted now. With `ops.registers` the `qmatmul`s that the register
-    /// interface takes run there, and the stored programs are not used.
+impl NpuKernels {
+    /// Loads the NPU products of `graph` (a bucket graph of `module`)
+    /// from `lowered` on `backend`; the other nodes run on `cpu`, the
+    /// graph's CPU kernels. Every product the placement puts on the NPU
+    /// must have its program.
     pub fn new(
         module: &Module,
         graph: &Graph,
-        target: &Target,
+        lowered: &NpuLowered,
         cpu: Box<dyn KernelSet>,
-        stored: Option<&HashMap<usize, Program>>,
-        ops: NpuOps,
-    ) -> Result<NpuSimKernels, String> {
-        let mut npu = HashMap::new();
-        if ops.registers {
-            return Self::on_registers(module, graph, cpu, ops);
-        }
-        let nodes = plan_graph_with(graph, target, ops)?;
-        for mut node in nodes {
-            let i = node.node;
-            if let Some(stored) = stored {
-                node.program = stored.get(&i).cloned().ok_or_else(|| {
-                    format!(
-                        "node {}: the package has no NPU program for it",
-                        node_label(graph, i)
-                    )
-                })?;
-            }
-            let loaded = load_node(module, graph, node, target)
-                .map_err(|e| format!("node {}: {e}", node_label(graph, i)))?;
-            npu.insert(i, Rc::new(RefCell::new(loaded)));
-        }
-        Ok(NpuSimKernels {
-            cpu,
-            npu,
-            records: NpuRecords::default(),
-            npu_failed: None,
-        })
-    }
-
-    /// The `qmatmul`/`qswiglu` nodes the register interface takes, on the
-    /// functional model (one device each) or, with `ops.device`, on the
-    /// board's NPU (one shared device); the rest on `cpu`. Without a
-    /// device everything runs on `cpu`, and that is said once.
-    fn on_registers(
-        module: &Module,
-        graph: &Graph,
-        cpu: Box<dyn KernelSet>,
-        ops: NpuOps,
-    ) -> Result<NpuSimKernels, String> {
-        let mut kernels = NpuSimKernels {
+        backend: NpuBackend,
+    ) -> Result<NpuKernels, String> {
+        let mut kernels = NpuKernels {
             cpu,
             npu: HashMap::new(),
-            records: NpuRecords::default(),
             npu_failed: None,
         };
-        let shared: Option<Rc<RefCell<dyn NpuDevice>>> = if ops.device {
-            match open_board() {
+        let programs = lowered
+            .programs
+            .get(&graph.name)
+            .map_or(&[][..], Vec::as_slice);
+        let placed = place(graph);
+        for (i, p) in placed.iter().enumerate() {
+            let has = programs.iter().any(|p| p.node as usize == i);
+            if p.device == Device::Npu && !has {
+                return Err(format!(
+                    "node {}: no NPU program for it (recompile the package with this slmcc)",
+                    node_label(graph, i)
+                ));
+            }
+        }
+        let shared: Option<Rc<RefCell<dyn NpuDevice>>> = match backend {
+            NpuBackend::Model => None,
+            NpuBackend::Board => match open_board() {
                 Ok(d) => Some(d),
                 Err(e) => {
                     // Every bucket graph loads its own kernels: said once.
@@ -405,55 +228,57 @@ impl NpuSimKernels {
                     }
                     return Ok(kernels);
                 }
-            }
-        } else {
-            None
+            },
         };
-        for (i, _) in place_with(graph, ops)
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.device == Device::Npu)
-        {
-            match registers::RegistersQ::load(module, graph, i, shared.as_ref()) {
-                Ok(l) => {
-                    let node = LoadedNode::Registers(Box::new(l));
-                    kernels.npu.insert(i, Rc::new(RefCell::new(node)));
-                }
-                Err(e) => tracing::info!("node {} stays on the CPU: {e}", node_label(graph, i)),
-            }
+        for program in programs {
+            let i = program.node as usize;
+            let dev: Rc<RefCell<dyn NpuDevice>> = match &shared {
+                Some(d) => d.clone(),
+                None => Rc::new(RefCell::new(ModelDevice::new(
+                    MODEL_BASE,
+                    program_bytes(program),
+                ))),
+            };
+            let loaded = load_product(module, graph, program, &lowered.weights, dev)
+                .map_err(|e| format!("node {}: {e}", node_label(graph, i)))?;
+            kernels.npu.insert(i, Rc::new(RefCell::new(loaded)));
         }
-        let on = if ops.device {
-            "the board's NPU"
-        } else {
-            "the RK3588 register-interface model"
+        let on = match backend {
+            NpuBackend::Model => "the RK3588 register-interface model",
+            NpuBackend::Board => "the board's NPU",
         };
-        tracing::info!("{} qmatmul/qswiglu node(s) on {on}", kernels.npu.len());
-        if ops.device {
+        tracing::info!(
+            "@{}: {} qmatmul/qswiglu node(s) on {on}",
+            graph.name,
+            kernels.npu.len()
+        );
+        if backend == NpuBackend::Board {
             kernels.npu_failed = Some(Rc::new(Cell::new(false)));
         }
         Ok(kernels)
     }
 
-    /// The simulator's counts per NPU node, updated by every call.
-    pub fn records(&self) -> NpuRecords {
-        self.records.clone()
+    /// The nodes that run on the NPU.
+    pub fn npu_nodes(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.npu.keys().copied().collect();
+        v.sort_unstable();
+        v
     }
 }
 
-impl KernelSet for NpuSimKernels {
+impl KernelSet for NpuKernels {
     fn kernel(&self, graph: &Graph, node: usize) -> Result<Kernel, String> {
         let Some(loaded) = self.npu.get(&node) else {
             return self.cpu.kernel(graph, node);
         };
         let loaded = loaded.clone();
-        let records = self.records.clone();
         let n = &graph.nodes[node];
         let planned = |vs: &[ValueId]| -> Vec<Option<usize>> {
             vs.iter()
                 .map(|&v| graph.ty(v).shape.as_fixed().map(|s| s.iter().product()))
                 .collect()
         };
-        let (want_in, want_out) = (planned(&n.inputs), planned(&n.outputs));
+        let (want_in, want_out) = (planned(&n.inputs[..1]), planned(&n.outputs));
         let fallback = match &self.npu_failed {
             Some(failed) => Some((self.cpu.kernel(graph, node)?, failed.clone())),
             None => None,
@@ -467,16 +292,31 @@ impl KernelSet for NpuSimKernels {
             let got = |ts: &[crate::exec::TensorRef]| -> Vec<Option<usize>> {
                 ts.iter().map(|t| Some(t.elements())).collect()
             };
-            if got(args.inputs) != want_in || got(args.outputs) != want_out {
+            if got(&args.inputs[..1]) != want_in || got(args.outputs) != want_out {
                 return Err(KernelError(
                     "npu kernel called with other shapes than planned",
                 ));
             }
-            let ins: Vec<*const u8> = args.inputs.iter().map(|t| t.ptr as *const u8).collect();
-            let outs: Vec<*mut u8> = args.outputs.iter().map(|t| t.ptr).collect();
+            let mut l = loaded.borrow_mut();
+            let (x_len, y_len) = (want_in[0].unwrap_or(0), l.result_len());
+            let (xp, yp) = (args.inputs[0].ptr as usize, args.outputs[0].ptr as usize);
+            if xp < yp + 4 * y_len && yp < xp + 4 * x_len {
+                return Err(KernelError(
+                    "npu kernel called with its result over its operand",
+                ));
+            }
             // SAFETY: the executor passes valid, 64-byte aligned buffers of
-            // the node's static shapes (checked above).
-            let done = unsafe { loaded.borrow_mut().call_raw(node, &ins, &outs, &records) };
+            // the node's static shapes (checked above), which do not overlap
+            // (checked just now).
+            let (x, y) = unsafe {
+                let x = std::slice::from_raw_parts(xp as *const f32, x_len);
+                let y = std::slice::from_raw_parts_mut(yp as *mut f32, y_len);
+                (x, y)
+            };
+            let done = l.call(x, y).map_err(|e| {
+                tracing::debug!("NPU task failed: {e}");
+                KernelError("an NPU task failed (SLMCC_LOG=debug says why)")
+            });
             match (done, &fallback) {
                 (Err(e), Some((cpu, failed))) => {
                     if !failed.replace(true) {
@@ -485,84 +325,11 @@ impl KernelSet for NpuSimKernels {
                             e.0
                         );
                     }
+                    drop(l);
                     cpu(args)
                 }
                 (done, _) => done,
             }
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use slmcc_ir::text::parse_module;
-    use slmcc_ir::{EvalCtx, Tensor};
-
-    const SRC: &str = "module @m {
-  weight @q : i4[64, 40]
-  weight @s : f32[4, 40]
-
-  graph @main(%x: f32[1, 9, 64]) -> (f32[1, 9, 40]) {
-    %y = qmatmul %x, @q, @s {bits = 4, group = 16} : f32[1, 9, 40]
-    return %y
-  }
-}
-";
-
-    fn module() -> Module {
-        let mut m = parse_module(SRC).unwrap();
-        let q: Vec<f64> = (0..64 * 40)
-            .map(|i| ((i * 7919) % 16) as f64 - 8.0)
-            .collect();
-        let s: Vec<f32> = (0..4 * 40).map(|i| 0.01 + (i % 13) as f32 * 1e-3).collect();
-        m.weights.insert(
-            "q",
-            Tensor::from_f64(slmcc_ir::DType::I4, vec![64, 40], &q).unwrap(),
-        );
-        m.weights.insert("s", Tensor::from_f32(vec![4, 40], s));
-        m
-    }
-
-    #[test]
-    fn a_node_runs_like_the_reference_and_times_like_a_full_run() {
-        let m = module();
-        let g = &m.graphs[0];
-        let target = Target::rk3588();
-        let node = plan_node(g, 0, &target).unwrap();
-        let timed = NpuSim::time(&target, &node.program).unwrap();
-        let Ok(LoadedNode::Q(mut loaded)) = load_node(&m, g, node, &target) else {
-            panic!("a qmatmul node loads as one");
-        };
-        let x: Vec<f32> = (0..9 * 64)
-            .map(|i| ((i * 37) % 101) as f32 * 0.05 - 2.5)
-            .collect();
-        let mut y = vec![0f32; 9 * 40];
-        let full = loaded.call(&x, &mut y).unwrap();
-        assert_eq!(
-            timed, full,
-            "the timing model alone counts what a run counts"
-        );
-        assert!(full.macs >= 9 * 64 * 40);
-        let xt = Tensor::from_f32(vec![1, 9, 64], x);
-        let q = m.weights.tensor("q").unwrap().unwrap();
-        let s = m.weights.tensor("s").unwrap().unwrap();
-        let want = g.nodes[0]
-            .op
-            .eval(&[&xt, &q, &s], &EvalCtx::default())
-            .unwrap();
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&y), bits(want[0].as_f32().unwrap()));
-    }
-
-    #[test]
-    fn an_f32_matmul_has_no_npu_kernel() {
-        let mut m = module();
-        m.graphs[0].nodes[0].op = Op::MatMul(slmcc_ir::ops::matmul::MatMul);
-        let e = plan_node(&m.graphs[0], 0, &Target::rk3588()).unwrap_err();
-        assert!(e.contains("no NPU kernel for `matmul`"), "{e}");
-        assert!(plan_graph(&m.graphs[0], &Target::rk3588())
-            .unwrap()
-            .is_empty());
     }
 }

@@ -15,7 +15,11 @@ pub mod rknpu;
 pub mod rocket;
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::rc::Rc;
+use std::sync::Arc;
+
+use memmap2::Mmap;
 
 use crate::npu_model::{self, Ddr, ModelError};
 
@@ -28,6 +32,23 @@ pub struct NpuBuffer {
     /// command list address are 32-bit).
     pub addr: u32,
     pub size: usize,
+}
+
+/// Bytes that stay valid and unchanged while a device holds them: part of
+/// a package's mapping (its weights, used in place), or bytes in memory.
+#[derive(Clone, Debug)]
+pub enum SharedBytes {
+    Mapped(Arc<Mmap>, Range<usize>),
+    Owned(Arc<[u8]>),
+}
+
+impl SharedBytes {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            SharedBytes::Mapped(map, r) => &map[r.clone()],
+            SharedBytes::Owned(b) => b,
+        }
+    }
 }
 
 /// One task: the NPU address of its command list and its word count,
@@ -57,6 +78,8 @@ pub enum DeviceError {
     },
     #[error("unknown buffer handle {0}")]
     UnknownBuffer(u32),
+    #[error("buffer {0} is read-only (imported)")]
+    ReadOnly(u32),
     #[error("out of NPU memory: {0:#x} bytes more asked for")]
     OutOfMemory(usize),
     #[error("task {index}: {source}")]
@@ -65,6 +88,8 @@ pub enum DeviceError {
     Memory(ModelError),
     #[error("the task's shape: {0}")]
     Shape(#[from] slmcc_backends::npu::regcmd::MatmulError),
+    #[error("a command list: {0}")]
+    Program(slmcc_backends::npu::regcmd::BufferError),
 }
 
 /// An NPU that runs register command lists.
@@ -79,6 +104,15 @@ pub trait NpuDevice {
     fn read(&mut self, buf: &NpuBuffer, offset: usize, out: &mut [u8]) -> Result<(), DeviceError>;
     /// Runs `tasks` in order on one core and waits for them.
     fn submit(&mut self, tasks: &[NpuTask]) -> Result<(), DeviceError>;
+    /// A read-only buffer holding `bytes` (a product's weights). The
+    /// functional model reads them in place; a driver's buffer is memory
+    /// the NPU can address, so it gets a copy (the default).
+    fn import(&mut self, bytes: SharedBytes) -> Result<NpuBuffer, DeviceError> {
+        let data = bytes.bytes();
+        let buf = self.alloc(data.len())?;
+        self.write(&buf, 0, data)?;
+        Ok(buf)
+    }
 }
 
 /// The board's NPU: the mainline `rocket` driver's device if one opens,
@@ -120,12 +154,17 @@ pub(crate) fn check_range(
 }
 
 /// The functional model as a device: buffers are ranges of one image of
-/// NPU memory, handed out in order (4 KiB aligned, as pages), and a
-/// submit runs each task with [`npu_model::execute`].
+/// NPU memory, handed out in order (4 KiB aligned, as pages), imported
+/// ones are mapped read-only above the image, and a submit runs each task
+/// with [`npu_model::execute`].
 pub struct ModelDevice {
     ddr: Ddr,
     next: usize,
+    /// The NPU address of the next imported buffer.
+    next_import: u64,
     buffers: Vec<NpuBuffer>,
+    /// Which buffers (by handle) are imported, so read-only.
+    imported: Vec<bool>,
 }
 
 /// Alignment of the model's buffers.
@@ -137,7 +176,9 @@ impl ModelDevice {
         ModelDevice {
             ddr: Ddr::new(base, size),
             next: 0,
+            next_import: (u64::from(base) + size as u64).next_multiple_of(PAGE as u64),
             buffers: Vec::new(),
+            imported: Vec::new(),
         }
     }
 
@@ -167,11 +208,32 @@ impl NpuDevice for ModelDevice {
         };
         self.next = end.next_multiple_of(PAGE).min(self.ddr.size());
         self.buffers.push(buf);
+        self.imported.push(false);
+        Ok(buf)
+    }
+
+    fn import(&mut self, bytes: SharedBytes) -> Result<NpuBuffer, DeviceError> {
+        let size = bytes.bytes().len();
+        let addr = u32::try_from(self.next_import).map_err(|_| DeviceError::OutOfMemory(size))?;
+        self.ddr
+            .map(addr, bytes)
+            .map_err(|_| DeviceError::OutOfMemory(size))?;
+        let buf = NpuBuffer {
+            handle: self.buffers.len() as u32,
+            addr,
+            size,
+        };
+        self.next_import = (self.next_import + size as u64).next_multiple_of(PAGE as u64);
+        self.buffers.push(buf);
+        self.imported.push(true);
         Ok(buf)
     }
 
     fn write(&mut self, buf: &NpuBuffer, offset: usize, data: &[u8]) -> Result<(), DeviceError> {
         let buf = self.buffer(buf)?;
+        if self.imported[buf.handle as usize] {
+            return Err(DeviceError::ReadOnly(buf.handle));
+        }
         check_range("write", offset, data.len(), buf.size)?;
         self.ddr
             .write(buf.addr + offset as u32, data)

@@ -1,11 +1,15 @@
 //! The package manifest: protobuf messages, encoded with `prost`.
 //!
 //! The messages are declared here by hand (`#[derive(prost::Message)]`),
-//! with no `.proto` file or build script; the tags below are the schema.
+//! with no `.proto` file or build script; the tags below are the schema,
+//! with the NPU's messages, which the NPU lowering declares beside the
+//! code that makes them (`slmcc_backends::npu::lower`).
 //! Fields are only ever added under new tags, so an older manifest decodes
 //! in a newer runtime (missing fields take their defaults). Nothing here is
 //! a map, so the encoding is deterministic: fields in tag order, repeated
 //! fields in the order the compiler wrote them.
+
+use slmcc_backends::npu::lower::{NpuWeight, ProductProgram};
 
 /// Everything a package says about itself except the weights' bytes.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -35,6 +39,11 @@ pub struct Manifest {
     /// The weights' integrity table (written by [`super::encode_to`]).
     #[prost(message, optional, tag = "8")]
     pub weight_sections: Option<WeightSections>,
+    /// `--target rk3588`: the weights stored in the NPU's layout, in name
+    /// order, with what the NPU's products need of them besides their
+    /// bytes (a message of the NPU lowering's).
+    #[prost(message, repeated, tag = "9")]
+    pub npu_weights: Vec<NpuWeight>,
 }
 
 /// The weights blob cut into sections of `section_bytes` (the last one
@@ -120,21 +129,13 @@ pub struct BucketEntry {
     /// Ahead-of-time kernels for the board, if compiled (`--cpu aarch64`).
     #[prost(message, optional, tag = "5")]
     pub kernels: Option<KernelObject>,
-    /// `--target rk3588`: the NPU program of every node the partition
-    /// places on the NPU, in node order.
-    #[prost(message, repeated, tag = "6")]
-    pub npu: Vec<NpuProgram>,
-}
-
-/// The NPU program of one node (the container of
-/// `slmcc_backends::npu::container`; `docs/NPU_ISA.md`).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct NpuProgram {
-    /// The node's index in the graph's schedule.
-    #[prost(uint32, tag = "1")]
-    pub node: u32,
-    #[prost(bytes = "vec", tag = "2")]
-    pub program: Vec<u8>,
+    /// `--target rk3588`: the register program of every product the
+    /// placement puts on the NPU, in node order (a message of the NPU
+    /// lowering's, `slmcc_backends::npu::lower`, whose tags belong to this
+    /// schema too). Tag 6 held the programs of an older, modelled ISA and
+    /// is not used again.
+    #[prost(message, repeated, tag = "7")]
+    pub npu: Vec<ProductProgram>,
 }
 
 /// A relocatable object file with one kernel per node of a bucket graph.

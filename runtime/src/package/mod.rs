@@ -57,8 +57,7 @@ use slmcc_ir::text::{parse_module, print_module};
 use slmcc_ir::{Module, WeightStore};
 
 pub use manifest::{
-    BucketEntry, KernelObject, KernelSymbol, Manifest, NpuProgram, TargetOptions, VersionSet,
-    WeightSections,
+    BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet, WeightSections,
 };
 
 /// The first bytes of every package.
@@ -66,7 +65,7 @@ pub const MAGIC: [u8; 7] = *b"SLMPKG\0";
 /// The layout version this runtime reads and writes.
 pub const FORMAT_VERSION: u32 = 2;
 /// The runtime ABI this runtime implements (see [`VersionSet::runtime_abi`]).
-pub const RUNTIME_ABI: u32 = 1;
+pub const RUNTIME_ABI: u32 = 2;
 /// The fixed header's length.
 pub const HEADER_BYTES: usize = 128;
 /// Alignment of the weights section (and of the weights' data inside it).
@@ -412,32 +411,46 @@ impl Package {
         (d(48), d(80))
     }
 
-    /// The NPU programs of bucket graph `graph` by node, decoded (a
-    /// `--target rk3588` package; empty otherwise).
+    /// The NPU programs of bucket graph `graph`, in node order (a
+    /// `--target rk3588` package; empty otherwise), each checked against
+    /// the graph of `module` (the package's [`Package::module`]).
     pub fn npu_programs(
         &self,
+        module: &Module,
         graph: &str,
-    ) -> Result<std::collections::HashMap<usize, slmcc_backends::npu::Program>, PackageError> {
-        let Some(b) = self.manifest.buckets.iter().find(|b| b.graph == graph) else {
-            return Err(PackageError {
-                path: self.path.clone(),
-                part: Part::Manifest,
-                message: format!("no bucket graph @{graph}"),
-            });
+    ) -> Result<Vec<slmcc_backends::npu::lower::ProductProgram>, PackageError> {
+        let fail = |message: String| PackageError {
+            path: self.path.clone(),
+            part: Part::Manifest,
+            message,
+        };
+        let b = self.manifest.buckets.iter().find(|b| b.graph == graph);
+        let (Some(b), Some(g)) = (b, module.graph(graph)) else {
+            return Err(fail(format!("no bucket graph @{graph}")));
         };
         b.npu
             .iter()
             .map(|p| {
-                let program =
-                    slmcc_backends::npu::container::read_program(&p.program).map_err(|e| {
-                        PackageError {
-                            path: self.path.clone(),
-                            part: Part::Manifest,
-                            message: format!("graph @{graph}, NPU program of node {}: {e}", p.node),
-                        }
-                    })?;
-                Ok((p.node as usize, program))
+                p.check(g).map_err(|e| {
+                    fail(format!(
+                        "graph @{graph}, NPU program of node {}: {e}",
+                        p.node
+                    ))
+                })?;
+                Ok(p.clone())
             })
+            .collect()
+    }
+
+    /// The weights stored in the NPU's layout, by name (a `--target
+    /// rk3588` package; empty otherwise).
+    pub fn npu_weights(
+        &self,
+    ) -> std::collections::HashMap<String, slmcc_backends::npu::lower::NpuWeight> {
+        self.manifest
+            .npu_weights
+            .iter()
+            .map(|w| (w.name.clone(), w.clone()))
             .collect()
     }
 
@@ -556,6 +569,7 @@ module @m {
             source: String::new(),
             source_sha256: Vec::new(),
             weight_sections: None,
+            npu_weights: Vec::new(),
         }
     }
 
@@ -649,7 +663,7 @@ module @m {
         let path = write("abi", &encode(&manifest(&m, RUNTIME_ABI + 1), &blob));
         let e = Package::open(&path).unwrap_err();
         assert_eq!(e.part, Part::Versions);
-        assert!(e.to_string().contains("runtime ABI 2"), "{e}");
+        assert!(e.to_string().contains("runtime ABI 3"), "{e}");
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! meaning of `SURF_STRIDE` for M < 4, of `SURFACE_ADD` and of the
 //! `BS_OW_CFG` sizes is unknown; the values are the generator's.
 
+use std::collections::BTreeMap;
+
 use super::db::{self, Block, FieldError};
 use super::word::Word;
 use crate::npu::Target;
@@ -372,6 +374,161 @@ impl MatmulTask {
         e.0.push(Word::Enable { blocks: enable });
         Ok(e.0)
     }
+}
+
+/// A command list that is not the programming of a matmul task.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("the command list does not end with the pre-enable and enable words")]
+    NoEnable,
+    #[error("{0} is never written: the task is not a matmul")]
+    Missing(String),
+    #[error("not modelled: {register} = {got} (a matmul task of this shape writes {expected:#x})")]
+    Unmodelled {
+        register: String,
+        got: String,
+        expected: u32,
+    },
+    #[error("the task's shape: {0}")]
+    Shape(#[from] MatmulError),
+}
+
+/// Which buffer an address register of a matmul task points into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TaskBuffer {
+    /// The feature cube (CNA `FEATURE_DATA_ADDR`).
+    Features,
+    /// The weights (CNA `DCOMP_ADDR0`).
+    Weights,
+    /// The output cube (DPU `DST_BASE_ADDR`).
+    Outputs,
+}
+
+/// The registers of a task that hold an NPU address, with the buffer
+/// each one points into: what a relocation adds a buffer's base to.
+pub const ADDRESS_REGISTERS: [(Block, &str, TaskBuffer); 3] = [
+    (Block::Cna, "FEATURE_DATA_ADDR", TaskBuffer::Features),
+    (Block::Cna, "DCOMP_ADDR0", TaskBuffer::Weights),
+    (Block::Dpu, "DST_BASE_ADDR", TaskBuffer::Outputs),
+];
+
+impl MatmulTask {
+    /// The task a command list programs, checked register by register:
+    /// every register must hold what [`MatmulTask::regcmd`] writes for the
+    /// shape and addresses the list gives, and the list must write no
+    /// other. What the functional model runs, and how a loader checks a
+    /// stored list.
+    pub fn from_words(words: &[Word]) -> Result<MatmulTask, TaskError> {
+        matmul_of(words)
+    }
+
+    /// `words` (a task's list whose addresses are offsets into its
+    /// buffers) with `base(buffer)` added to each address register;
+    /// `None` when an address would pass 32 bits.
+    pub fn relocate(words: &mut [Word], base: impl Fn(TaskBuffer) -> u32) -> Option<()> {
+        for w in words.iter_mut() {
+            let Word::Write { reg, value } = w else {
+                continue;
+            };
+            for (block, name, buffer) in ADDRESS_REGISTERS {
+                if reg.block == block && reg.name == name {
+                    *value = value.checked_add(base(buffer))?;
+                }
+            }
+        }
+        Some(())
+    }
+}
+
+/// The register state a list leaves: register offset to value.
+fn register_state(words: &[Word]) -> Result<(BTreeMap<u16, u32>, u32), TaskError> {
+    let [.., Word::PreEnable, Word::Enable { blocks }] = words else {
+        return Err(TaskError::NoEnable);
+    };
+    let mut state = BTreeMap::new();
+    for w in words {
+        if let Word::Write { reg, value } = w {
+            state.insert(reg.offset, *value);
+        }
+    }
+    Ok((state, *blocks))
+}
+
+/// Reads `block.register.field` from the state.
+fn field(
+    state: &BTreeMap<u16, u32>,
+    block: Block,
+    reg: &str,
+    name: &str,
+) -> Result<u32, TaskError> {
+    let missing = || TaskError::Missing(format!("{block}_{reg}.{name}"));
+    let r = db::lookup(block, reg).ok_or_else(missing)?;
+    let f = r.field(name).ok_or_else(missing)?;
+    let value = state.get(&r.offset).ok_or_else(missing)?;
+    Ok(f.get(*value))
+}
+
+/// The matmul a register state describes, checked register by register
+/// against the programming of that matmul.
+fn matmul_of(words: &[Word]) -> Result<MatmulTask, TaskError> {
+    let (state, blocks) = register_state(words)?;
+    let get = |block, reg, name| field(&state, block, reg, name);
+    let in_precision = get(Block::Cna, "CONV_CON1", "IN_PRECISION")?;
+    let out_precision = get(Block::Dpu, "DATA_FORMAT", "OUT_PRECISION")?;
+    let precision = match (in_precision, out_precision) {
+        (0, 4) => MatmulPrecision::Int8,
+        (2, 5) => MatmulPrecision::Fp16,
+        (2, 2) => MatmulPrecision::Fp16ToFp16,
+        (i, o) => {
+            return Err(TaskError::Unmodelled {
+                register: "precisions (CNA in, DPU out)".into(),
+                got: format!("{i}, {o}"),
+                expected: 0,
+            })
+        }
+    };
+    let task = MatmulTask {
+        precision,
+        m: get(Block::Cna, "DATA_SIZE0", "DATAIN_HEIGHT")?,
+        k: get(Block::Cna, "DATA_SIZE1", "DATAIN_CHANNEL")?,
+        n: get(Block::Cna, "WEIGHT_SIZE2", "WEIGHT_KERNELS")?,
+        input: get(Block::Cna, "FEATURE_DATA_ADDR", "FEATURE_BASE_ADDR")?,
+        weights: get(Block::Cna, "DCOMP_ADDR0", "DECOMPRESS_ADDR0")?,
+        output: get(Block::Dpu, "DST_BASE_ADDR", "DST_BASE_ADDR")?,
+    };
+    let mut expected_offsets = Vec::new();
+    for w in task.regcmd()? {
+        match w {
+            Word::Write { reg, value } => {
+                expected_offsets.push(reg.offset);
+                let got = state.get(&reg.offset).copied();
+                if got != Some(value) {
+                    return Err(TaskError::Unmodelled {
+                        register: reg.full_name(),
+                        got: got.map_or("unwritten".into(), |v| format!("{v:#x}")),
+                        expected: value,
+                    });
+                }
+            }
+            Word::Enable { blocks: want } if want != blocks => {
+                return Err(TaskError::Unmodelled {
+                    register: "the enable word's blocks".into(),
+                    got: format!("{blocks:#x}"),
+                    expected: want,
+                });
+            }
+            _ => {}
+        }
+    }
+    if let Some((&offset, &value)) = state.iter().find(|(o, _)| !expected_offsets.contains(o)) {
+        let name = db::register(offset).map_or(format!("{offset:#06x}"), |r| r.full_name());
+        return Err(TaskError::Unmodelled {
+            register: name,
+            got: format!("{value:#x}"),
+            expected: 0,
+        });
+    }
+    Ok(task)
 }
 
 /// `SURF_STRIDE` as the generator programs it: `4·(⌊M/4⌋ − 1)`, and for

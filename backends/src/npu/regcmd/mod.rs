@@ -22,7 +22,7 @@ pub mod tiling;
 pub mod word;
 
 pub use db::{Block, Field, FieldError, Register};
-pub use matmul::{MatmulError, MatmulPrecision, MatmulTask};
+pub use matmul::{MatmulError, MatmulPrecision, MatmulTask, TaskBuffer, TaskError};
 pub use word::{decode, Word, WordError};
 
 /// Bytes per command word.

@@ -99,7 +99,7 @@ impl TilePlan {
                 continue;
             }
             for plan in Self::candidates(precision, (m, k, n), kt, cores) {
-                let cost = plan.ddr_bytes() + plan.task_count() * TASK_OVERHEAD_BYTES;
+                let cost = plan.cost();
                 if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                     best = Some((cost, plan));
                 }
@@ -112,6 +112,36 @@ impl TilePlan {
             banks: 0,
             bank_bytes: Target::rk3588().cbuf_bank_bytes,
         })
+    }
+
+    /// The plan of least cost with K blocks of exactly `kt` channels and
+    /// N tiles of whole weight blocks (what the `rk3588` weight layout
+    /// stores contiguously), or `None` when not even one block of kernels
+    /// of `kt` channels fits beside a bank of features. `kt` must be a
+    /// multiple of 32 that divides K, N a multiple of the weight block.
+    pub fn with_k_block(
+        precision: MatmulPrecision,
+        (m, k, n): (u32, u32, u32),
+        kt: u32,
+        cores: u32,
+    ) -> Option<TilePlan> {
+        let block = precision.kernel_block() as u32;
+        if [m, k, n, kt, cores].contains(&0)
+            || !kt.is_multiple_of(K_ALIGN)
+            || !k.is_multiple_of(kt)
+            || !n.is_multiple_of(block)
+        {
+            return None;
+        }
+        Self::candidates(precision, (m, k, n), kt, cores)
+            .filter(|p| p.nt.is_multiple_of(block))
+            .min_by_key(|p| p.cost())
+    }
+
+    /// What the plan search minimises: the DDR bytes moved, and
+    /// [`TASK_OVERHEAD_BYTES`] per task.
+    pub fn cost(&self) -> u64 {
+        self.ddr_bytes() + self.task_count() * TASK_OVERHEAD_BYTES
     }
 
     /// The plans with K blocks of `kt`, one per number of feature banks.
