@@ -7,8 +7,9 @@
 //!
 //! - [`store_weights`] gives every weight of an NPU product a K block:
 //!   among the multiples of 32 that divide its group, the one whose tile
-//!   plans ([`TilePlan::with_k_block`]) cost least, summed over the rows
-//!   of every graph that reads the weight (one per bucket). It permutes
+//!   plans ([`TilePlan::with_k_block`]) take the least estimated time,
+//!   summed over the rows of every graph that reads the weight (one per
+//!   bucket; a one-row decode graph counts as often as the largest rows). It permutes
 //!   the weight into [`QLayout::Rk3588`] and marks every product that
 //!   reads it so. It returns, per weight, the K block and the column sums
 //!   per group (`Σ q`, the factor of the zero-point correction), which
@@ -43,6 +44,7 @@ use slmcc_ir::{DType, Graph, Module, Op, OpDef, Tensor, TensorData, ValueDef};
 
 use super::regcmd::tiling::TilePlan;
 use super::regcmd::{decode_buffer, encode_buffer, MatmulPrecision, MatmulTask, WORD_BYTES};
+use super::Target;
 
 /// NPU cores the tasks are spread over.
 pub const CORES: u32 = 3;
@@ -134,21 +136,29 @@ fn npu_nodes(g: &Graph) -> impl Iterator<Item = usize> + '_ {
         .map(|(i, _)| i)
 }
 
-/// The K block of `(k, n, group)` whose plans cost least over `rows`.
+/// The K block of `(k, n, group)` whose plans take the least estimated
+/// time over `rows` (the rows of each graph that reads the weight), a
+/// one-row graph (decode) counting as many times as the largest rows: a
+/// reply as long as the longest prompt.
 fn choose_k_block(k: u32, n: u32, group: u32, rows: &BTreeSet<u32>) -> Option<u32> {
-    let mut best: Option<(u64, u32)> = None;
+    let target = Target::rk3588();
+    let longest = rows.last().copied().unwrap_or(1);
+    let mut best: Option<(f64, u32)> = None;
     for kt in (32..=group)
         .step_by(32)
         .filter(|kt| group.is_multiple_of(*kt))
     {
-        let cost: Option<u64> = rows
+        let seconds: Option<f64> = rows
             .iter()
-            .map(|&m| TilePlan::with_k_block(MatmulPrecision::Int8, (m, k, n), kt, CORES))
-            .map(|p| p.map(|p| p.cost()))
+            .map(|&m| {
+                let plan = TilePlan::with_k_block(MatmulPrecision::Int8, (m, k, n), kt, CORES)?;
+                let times = if m == 1 { f64::from(longest) } else { 1.0 };
+                Some(times * plan.estimate(&target).seconds)
+            })
             .sum();
-        if let Some(cost) = cost {
-            if best.is_none_or(|(c, _)| cost < c) {
-                best = Some((cost, kt));
+        if let Some(s) = seconds {
+            if best.is_none_or(|(b, _)| s < b) {
+                best = Some((s, kt));
             }
         }
     }
