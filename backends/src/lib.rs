@@ -2,9 +2,10 @@
 //!
 //! `cpu/` is the Cranelift CPU backend: lowering of IR nodes to kernels, a
 //! JIT for the host and AOT objects for aarch64 (see [`cpu`]). `npu/` is
-//! the modelled RK3588 NPU: its target description, our NPU ISA with its
-//! binary encoding and disassembler (`docs/NPU_ISA.md`), and the kernels
-//! built on them (see [`npu`]); it is not wired into `slmcc compile` yet.
+//! the RK3588 NPU: its target description, its register interface
+//! (register database, command words, matmul tasks, layouts, tiling) and
+//! the lowering of a graph's W8A8 products to register programs stored in
+//! the package (see [`npu`] and `docs/NPU.md`).
 
 pub mod cpu;
 pub mod npu;

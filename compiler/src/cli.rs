@@ -14,8 +14,8 @@ use slmcc_passes::transforms::quantize::Method;
 pub enum Target {
     /// The host or board CPU only.
     Cpu,
-    /// The RK3588: quantized linear layers, norms and attention on the
-    /// modelled NPU, the rest on its CPU cores.
+    /// The RK3588: the W8A8 linear layers on its NPU as register
+    /// programs (docs/NPU.md), the rest on its CPU cores.
     Rk3588,
 }
 

@@ -11,9 +11,9 @@
 //! part is checked against public facts (Mesa's register description and
 //! the words of the public matmul generator that ran on boards; see
 //! `docs/NPU.md`); the runtime's `npu_model` executes these lists and
-//! `npu_device` submits them. The DPU epilogues and the lowering from the
-//! graph are not built yet: `--target rk3588` still emits the programs of
-//! our own modelled ISA ([`super::isa`]).
+//! `npu_device` submits them; [`super::lower`] builds them from the graph.
+//! The DPU epilogues are not programmed: scales, bias and activations run
+//! on the CPU after the task's int32 sums come back (`docs/NPU.md`).
 
 pub mod db;
 pub mod layout;
