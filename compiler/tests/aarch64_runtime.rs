@@ -1,7 +1,8 @@
 //! The board's runtime, run: `slmcc` built for aarch64-unknown-linux-gnu
 //! (static, `scripts/build-aarch64`) runs under `qemu-aarch64` on packages
 //! of the committed Qwen2 model compiled six ways — rk3588 W8A8 and W4A8
-//! with the KV cache (NPU nodes on the simulator), and cpu for aarch64 with
+//! with the KV cache (the W8A8 products as register programs on the NPU's
+//! functional model, the 4-bit ones on the CPU), and cpu for aarch64 with
 //! the KV cache in f32, W8A8, W4A8 and weight-only W4 — and `generate`
 //! gives the same 32 greedy tokens as the host binary on the same package.
 //! The board binary loads the package's aarch64 kernel objects (no

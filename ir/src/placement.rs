@@ -23,6 +23,7 @@
 //! register programming of the DPU's stages has been shown to work in
 //! public), and the shape and data-movement ops.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::ops::qlayout::{QLayout, NPU_CHANNEL_BLOCK, NPU_KERNEL_BLOCK};
@@ -63,13 +64,28 @@ impl Placement {
 
 /// The placement of every node of `g`, in node order.
 pub fn place(g: &Graph) -> Vec<Placement> {
-    (0..g.nodes.len()).map(|i| place_node(g, i)).collect()
+    // Module weights read by a node other than a quantized product, and
+    // the first such reader's op.
+    let mut other_readers: HashMap<&str, &'static str> = HashMap::new();
+    for n in &g.nodes {
+        if matches!(n.op, Op::QMatMul(_) | Op::QSwiGlu(_)) {
+            continue;
+        }
+        for &v in &n.inputs {
+            if let ValueDef::Weight(w) = &g.value(v).def {
+                other_readers.entry(w.as_str()).or_insert(n.op.mnemonic());
+            }
+        }
+    }
+    (0..g.nodes.len())
+        .map(|i| place_node(g, i, &other_readers))
+        .collect()
 }
 
-fn place_node(g: &Graph, i: usize) -> Placement {
+fn place_node(g: &Graph, i: usize, other_readers: &HashMap<&str, &'static str>) -> Placement {
     let node = &g.nodes[i];
     match &node.op {
-        Op::QMatMul(_) | Op::QSwiGlu(_) => match npu_product(g, i) {
+        Op::QMatMul(_) | Op::QSwiGlu(_) => match npu_product(g, i, other_readers) {
             Ok(()) if matches!(node.op, Op::QSwiGlu(_)) => Placement::npu(
                 "W8A8 SwiGLU MLP: gate and up products as register-command tasks; SiLU·up, \
                  zero points and scales on the CPU",
@@ -103,8 +119,13 @@ fn place_node(g: &Graph, i: usize) -> Placement {
 }
 
 /// Whether quantized product node `i` of `g` runs on the NPU, or why not
-/// (see the module doc).
-fn npu_product(g: &Graph, i: usize) -> Result<(), String> {
+/// (see the module doc); `other_readers` maps each weight that another
+/// kind of node reads to that node's op.
+fn npu_product(
+    g: &Graph,
+    i: usize,
+    other_readers: &HashMap<&str, &'static str>,
+) -> Result<(), String> {
     let node = &g.nodes[i];
     let (bits, group, layout, activations) = match &node.op {
         Op::QMatMul(op) => (op.bits, op.group, op.layout, op.activations),
@@ -144,18 +165,9 @@ fn npu_product(g: &Graph, i: usize) -> Result<(), String> {
                 "N = {n} is not a multiple of the NPU's {NPU_KERNEL_BLOCK}-kernel block"
             ));
         }
-        let other = g.nodes.iter().enumerate().find(|(j, other)| {
-            *j != i
-                && !matches!(other.op, Op::QMatMul(_) | Op::QSwiGlu(_))
-                && other
-                    .inputs
-                    .iter()
-                    .any(|&v| matches!(&g.value(v).def, ValueDef::Weight(w) if w == name))
-        });
-        if let Some((_, other)) = other {
+        if let Some(op) = other_readers.get(name.as_str()) {
             return Err(format!(
-                "weight @{name} is also read by a `{}` (the NPU's layout is for products only)",
-                other.op.mnemonic()
+                "weight @{name} is also read by a `{op}` (the NPU's layout is for products only)"
             ));
         }
     }

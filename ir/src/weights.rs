@@ -278,11 +278,11 @@ impl WeightStore {
         self.write_safetensors(align, true)
     }
 
-    /// The mapping a weight's bytes lie in and their offset in it, when
+    /// The mapping a weight's bytes lie in and their range in it, when
     /// the weight is mapped (not held).
-    pub fn mapped(&self, name: &str) -> Option<(&Arc<Mmap>, usize)> {
+    pub fn mapped(&self, name: &str) -> Option<(&Arc<Mmap>, std::ops::Range<usize>)> {
         match self.decls.get(name)?.data.as_ref()? {
-            Data::Mapped { map, start, .. } => Some((map, *start)),
+            Data::Mapped { map, start, end } => Some((map, *start..*end)),
             Data::Owned(_) => None,
         }
     }
@@ -509,8 +509,8 @@ mod tests {
         fs::write(&path, &blob).unwrap();
         let back = WeightStore::open(&path).unwrap();
         assert_eq!(back.len(), 2, "padding tensors are not weights");
-        let (_, a) = back.mapped("a").unwrap();
-        let (_, b) = back.mapped("b").unwrap();
+        let a = back.mapped("a").unwrap().1.start;
+        let b = back.mapped("b").unwrap().1.start;
         assert_eq!(a % 64, 0);
         assert_eq!(b - a, 64);
         assert_eq!(

@@ -11,8 +11,8 @@
 //! written into their arena slots ([`Executor::input_mut`]) and outputs read
 //! from theirs ([`Executor::output`]), also without allocating.
 //!
-//! Kernels are backend business (the Cranelift CPU backend, the NPU
-//! simulator); this module fixes only the calling convention. The weights
+//! Kernels are backend business (the Cranelift CPU backend, the NPU's
+//! programs, [`crate::npu`]); this module fixes only the calling convention. The weights
 //! region is used in place when the module's weights are mapped in exactly
 //! the plan's layout (a package's weights blob, [`crate::package`], is
 //! written that way): no copy, no allocation, the kernels read the mapped
@@ -178,7 +178,7 @@ fn mapped_weights(
             continue;
         };
         let (map, at) = module.weights.mapped(name)?;
-        let start = at.checked_sub(t.offset as usize)?;
+        let start = at.start.checked_sub(t.offset as usize)?;
         match found {
             None => found = Some((map, start)),
             Some((m, s)) if Arc::ptr_eq(m, map) && s == start => {}

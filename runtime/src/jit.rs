@@ -3,7 +3,7 @@
 //! static shapes once ([`run_static`]).
 //!
 //! [`run_static`] loads a graph with any kernel set (the JIT's, the NPU
-//! simulator's) on the one executor ([`crate::exec::Executor`]) over a plan
+//! products') on the one executor ([`crate::exec::Executor`]) over a plan
 //! in which no two values share bytes ([`MemoryPlan::unshared`]), so every
 //! value can be captured after the run; the result has the reference
 //! interpreter's form ([`RunResult`]), so `slmcc run`, `onnx-test` and

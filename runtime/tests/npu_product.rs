@@ -7,10 +7,13 @@ mod common;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use slmcc_ir::placement::place;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{DType, EvalCtx, Module, OpDef, Tensor};
-use slmcc_runtime::npu::{load_product, program_bytes, NpuLowered};
-use slmcc_runtime::npu_device::{ModelDevice, NpuDevice};
+use slmcc_runtime::npu::{load_product, program_bytes, NpuLowered, NpuSession};
+use slmcc_runtime::npu_device::{
+    DeviceError, ModelDevice, NpuBuffer, NpuDevice, NpuTask, SharedBytes,
+};
 
 use common::Rng;
 
@@ -66,7 +69,7 @@ fn check(m: usize, k: usize, n: usize, group: usize, kind: &str, seed: u64) -> u
     let lowered = NpuLowered::lower(&mut module).unwrap();
     let g = &module.graphs[0];
     let program = &lowered.programs["main"][0];
-    program.check(g).unwrap();
+    program.check(g, &place(g)).unwrap();
     // Rows with an offset, so that the zero points are not 0.
     let x: Vec<f32> = (0..m * k)
         .map(|i| rng.unit() * 3.0 + (i % 7) as f32 * 0.1)
@@ -75,7 +78,8 @@ fn check(m: usize, k: usize, n: usize, group: usize, kind: &str, seed: u64) -> u
         0x1000_0000,
         program_bytes(program),
     )));
-    let mut loaded = load_product(&module, g, program, &lowered.weights, dev).unwrap();
+    let mut session = NpuSession::new(dev);
+    let mut loaded = load_product(&module, g, program, &lowered.weights, &mut session).unwrap();
     let mut got = vec![0f32; loaded.result_len()];
     loaded.call(&x, &mut got).unwrap();
 
@@ -164,7 +168,8 @@ fn calls_reuse_the_loaded_buffers() {
         0x1000_0000,
         program_bytes(program),
     )));
-    let mut loaded = load_product(&module, g, program, &lowered.weights, dev).unwrap();
+    let mut session = NpuSession::new(dev);
+    let mut loaded = load_product(&module, g, program, &lowered.weights, &mut session).unwrap();
     let node = &g.nodes[0];
     let tensor = |i: usize| {
         let slmcc_ir::ValueDef::Weight(w) = &g.value(node.inputs[i]).def else {
@@ -184,5 +189,99 @@ fn calls_reuse_the_loaded_buffers() {
             .zip(&want)
             .all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "a call differs from the reference");
+    }
+}
+
+/// Products of two bucket graphs on one device (a board's) share their
+/// weights' buffer: each weight is imported once, and both stay exact.
+#[test]
+fn buckets_on_one_device_share_their_weights() {
+    let (k, n) = (128, 64);
+    let graph = |m: usize| {
+        format!(
+            "  graph @main_{m}(%x: f32[1, {m}, {k}]) -> (f32[1, {m}, {n}]) {{\n    \
+             %y = qmatmul %x, @w, @w.s {{bits = 8, group = {k}}} : f32[1, {m}, {n}]\n    \
+             return %y\n  }}\n"
+        )
+    };
+    let src = format!(
+        "module @m {{\n  weight @w : i8[{k}, {n}]\n  weight @w.s : f32[1, {n}]\n\n{}\n{}}}\n",
+        graph(1),
+        graph(9)
+    );
+    let mut module = parse_module(&src).unwrap();
+    let mut rng = Rng(11);
+    let q: Vec<i64> = (0..k * n).map(|_| (rng.unit() * 127.0) as i64).collect();
+    module
+        .weights
+        .insert("w", Tensor::from_i64(vec![k, n], q).cast(DType::I8));
+    let s: Vec<f32> = (0..n).map(|_| 1e-3 * (1.5 + rng.unit())).collect();
+    module
+        .weights
+        .insert("w.s", Tensor::from_f32(vec![1, n], s));
+    let lowered = NpuLowered::lower(&mut module).unwrap();
+    let programs: Vec<_> = module
+        .graphs
+        .iter()
+        .map(|g| (g, &lowered.programs[&g.name][0]))
+        .collect();
+    let memory = programs.iter().map(|(_, p)| program_bytes(p)).sum();
+    let counting = Rc::new(RefCell::new(CountingImports {
+        inner: ModelDevice::new(0x1000_0000, memory),
+        imports: 0,
+    }));
+    let mut session = NpuSession::new(counting.clone());
+    let mut loaded: Vec<_> = programs
+        .iter()
+        .map(|(g, p)| load_product(&module, g, p, &lowered.weights, &mut session).unwrap())
+        .collect();
+    assert_eq!(session.imported(), 1);
+    assert_eq!(counting.borrow().imports, 1, "one weight, imported once");
+    let w = module.weights.tensor("w").unwrap().unwrap();
+    let ws = module.weights.tensor("w.s").unwrap().unwrap();
+    for ((g, _), l) in programs.iter().zip(&mut loaded) {
+        let m = if g.name == "main_1" { 1 } else { 9 };
+        let x: Vec<f32> = (0..m * k).map(|_| rng.unit() * 2.0 - 0.3).collect();
+        let mut got = vec![0f32; m * n];
+        l.call(&x, &mut got).unwrap();
+        let xt = Tensor::from_f32(vec![1, m, k], x);
+        let want = g.nodes[0]
+            .op
+            .eval(&[&xt, &w, &ws], &EvalCtx::default())
+            .unwrap()[0]
+            .to_f32_vec();
+        let same = got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "@{}: differs from the reference", g.name);
+    }
+}
+
+/// The model device, counting its imports.
+struct CountingImports {
+    inner: ModelDevice,
+    imports: usize,
+}
+
+impl NpuDevice for CountingImports {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    fn alloc(&mut self, size: usize) -> Result<NpuBuffer, DeviceError> {
+        self.inner.alloc(size)
+    }
+    fn write(&mut self, buf: &NpuBuffer, offset: usize, data: &[u8]) -> Result<(), DeviceError> {
+        self.inner.write(buf, offset, data)
+    }
+    fn read(&mut self, buf: &NpuBuffer, offset: usize, out: &mut [u8]) -> Result<(), DeviceError> {
+        self.inner.read(buf, offset, out)
+    }
+    fn submit(&mut self, tasks: &[NpuTask]) -> Result<(), DeviceError> {
+        self.inner.submit(tasks)
+    }
+    fn import(&mut self, bytes: SharedBytes) -> Result<NpuBuffer, DeviceError> {
+        self.imports += 1;
+        self.inner.import(bytes)
     }
 }

@@ -39,10 +39,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use slmcc_ir::ops::qlayout::QLayout;
-use slmcc_ir::placement::{place, Device};
+use slmcc_ir::placement::{place, Device, Placement};
 use slmcc_ir::{DType, Graph, Module, Op, OpDef, Tensor, TensorData, ValueDef};
 
-use super::regcmd::tiling::TilePlan;
+use super::regcmd::tiling::{Tile, TilePlan};
 use super::regcmd::{decode_buffer, encode_buffer, MatmulPrecision, MatmulTask, WORD_BYTES};
 use super::Target;
 
@@ -139,7 +139,8 @@ fn npu_nodes(g: &Graph) -> impl Iterator<Item = usize> + '_ {
 /// The K block of `(k, n, group)` whose plans take the least estimated
 /// time over `rows` (the rows of each graph that reads the weight), a
 /// one-row graph (decode) counting as many times as the largest rows: a
-/// reply as long as the longest prompt.
+/// reply as long as the longest prompt. Only K blocks whose buffers stay
+/// within the NPU's 32-bit addresses count.
 fn choose_k_block(k: u32, n: u32, group: u32, rows: &BTreeSet<u32>) -> Option<u32> {
     let target = Target::rk3588();
     let longest = rows.last().copied().unwrap_or(1);
@@ -151,6 +152,12 @@ fn choose_k_block(k: u32, n: u32, group: u32, rows: &BTreeSet<u32>) -> Option<u3
         let seconds: Option<f64> = rows
             .iter()
             .map(|&m| {
+                // The outputs buffer (partial sums of every K block, for
+                // up to two operands) must stay within 32-bit addresses.
+                let outputs = u64::from(m) * u64::from(n) * 4 * u64::from(k / kt) * 2;
+                if outputs > u64::from(u32::MAX) {
+                    return None;
+                }
                 let plan = TilePlan::with_k_block(MatmulPrecision::Int8, (m, k, n), kt, CORES)?;
                 let times = if m == 1 { f64::from(longest) } else { 1.0 };
                 Some(times * plan.estimate(&target).seconds)
@@ -408,11 +415,11 @@ impl ProductProgram {
         self.tasks.iter().map(|t| t.regcmd.len() / WORD_BYTES).sum()
     }
 
-    /// Checks a stored program against node `self.node` of `g` (see the
-    /// module doc).
-    pub fn check(&self, g: &Graph) -> Result<(), String> {
+    /// Checks a stored program against node `self.node` of `g`, whose
+    /// placement is `placed` (see the module doc).
+    pub fn check(&self, g: &Graph, placed: &[Placement]) -> Result<(), String> {
         let node = self.node as usize;
-        if node >= g.nodes.len() || place(g)[node].device != Device::Npu {
+        if placed.get(node).is_none_or(|p| p.device != Device::Npu) {
             return Err(format!("node {node} is not an NPU product of @{}", g.name));
         }
         let p = product(g, node)?;
@@ -436,58 +443,85 @@ impl ProductProgram {
                 self.rows, self.k, self.n, self.group, self.k_block
             ));
         }
-        let (m, k, kb) = (self.rows, self.k, self.k_block);
-        if self.cores == 0 || self.mt == 0 || self.nt == 0 || kb == 0 {
-            return Err("an empty tile plan".into());
+        let (m, k, n, kb) = (self.rows, self.k, self.n, self.k_block);
+        if !(1..=CORES).contains(&self.cores)
+            || self.mt == 0
+            || self.nt == 0
+            || !self.nt.is_multiple_of(32)
+            || kb == 0
+            || !self.group.is_multiple_of(kb)
+        {
+            return Err(format!(
+                "its tile plan (M tile {}, N tile {}, K block {kb}, {} cores) does not fit",
+                self.mt, self.nt, self.cores
+            ));
         }
-        let inside =
-            |start: u64, len: u64, size: u64| start.checked_add(len).is_some_and(|e| e <= size);
+        let plan = self.plan();
+        let (tiles_m, k_blocks) = (m.div_ceil(self.mt), k / kb);
+        // A grid cell (`m0`, `n0` on the plan's tiles) and its extent.
+        let cell = |m0: u32, n0: u32| {
+            let fits = m0 < m && n0 < n && m0.is_multiple_of(self.mt) && n0.is_multiple_of(self.nt);
+            fits.then(|| (self.mt.min(m - m0), self.nt.min(n - n0)))
+        };
+        // The feature cubes: every (M tile, K block) once, packed
+        // without overlap into exactly `features_bytes = M·K`.
         let mut cubes = BTreeMap::new();
         for c in &self.features {
-            let bytes = u64::from(c.rows) * u64::from(c.channels);
-            if c.rows == 0
-                || c.channels != kb
-                || !c.k0.is_multiple_of(kb)
-                || !inside(u64::from(c.m0), u64::from(c.rows), u64::from(m))
-                || !inside(u64::from(c.k0), u64::from(kb), u64::from(k))
-                || !inside(c.offset, bytes, self.features_bytes)
-            {
-                return Err(format!("feature cube {c:?} lies outside the product"));
+            let fits = cell(c.m0, 0).is_some_and(|(rows, _)| rows == c.rows)
+                && c.channels == kb
+                && c.k0.is_multiple_of(kb)
+                && c.k0 < k;
+            if !fits || cubes.insert((c.m0, c.k0), c.offset).is_some() {
+                return Err(format!("feature cube {c:?} is not one of the plan's"));
             }
-            cubes.insert((c.m0, c.rows, c.k0), c.offset);
+        }
+        let cube_bytes = |c: &FeatureCube| u64::from(c.rows) * u64::from(c.channels);
+        let regions = self.features.iter().map(|c| (c.offset, cube_bytes(c)));
+        if cubes.len() as u64 != u64::from(tiles_m) * u64::from(k_blocks)
+            || self.features_bytes != u64::from(m) * u64::from(k)
+            || !disjoint_within(regions, self.features_bytes)
+        {
+            return Err("the feature cubes do not pack the rows once each".into());
         }
         if self.tasks.windows(2).any(|w| w[0].core > w[1].core) {
             return Err("the tasks are not in core order".into());
         }
+        // The tasks: every (operand, M tile, N tile, K block) once, their
+        // outputs without overlap in exactly `outputs_bytes`.
+        let mut tiles = BTreeSet::new();
+        let mut output_bytes = 0u64;
         for (i, t) in self.tasks.iter().enumerate() {
             let bad = |why: &str| format!("task {i}: {why}");
-            let out_bytes = u64::from(t.rows) * u64::from(t.kernels) * 4;
-            if t.operand as usize >= self.weights.len()
-                || t.core >= self.cores
-                || t.rows == 0
-                || t.kernels == 0
-                || !t.k0.is_multiple_of(kb)
-                || !inside(u64::from(t.m0), u64::from(t.rows), u64::from(m))
-                || !inside(u64::from(t.n0), u64::from(t.kernels), u64::from(self.n))
-                || !inside(u64::from(t.k0), u64::from(kb), u64::from(k))
-                || !inside(t.output, out_bytes, self.outputs_bytes)
-            {
-                return Err(bad("its tile lies outside the product or its buffers"));
+            let fits = cell(t.m0, t.n0).is_some_and(|extent| extent == (t.rows, t.kernels))
+                && (t.operand as usize) < self.weights.len()
+                && t.core < self.cores
+                && t.k0.is_multiple_of(kb)
+                && t.k0 < k;
+            if !fits || !tiles.insert((t.operand, t.m0, t.n0, t.k0)) {
+                return Err(bad("its tile is not one of the plan's"));
             }
+            output_bytes += u64::from(t.rows) * u64::from(t.kernels) * 4;
             let words = decode_buffer(&t.regcmd).map_err(|e| bad(&e.to_string()))?;
             let task = MatmulTask::from_words(&words).map_err(|e| bad(&e.to_string()))?;
-            let weights = u64::from(t.k0) * u64::from(self.n) + u64::from(t.n0) * u64::from(kb);
             let expect = MatmulTask {
-                precision: MatmulPrecision::Int8,
-                m: t.rows,
-                k: kb,
-                n: t.kernels,
-                input: cubes
-                    .get(&(t.m0, t.rows, t.k0))
-                    .and_then(|&o| u32::try_from(o).ok())
-                    .ok_or_else(|| bad("no feature cube holds its rows"))?,
-                weights: u32::try_from(weights).map_err(|_| bad("weights past 4 GiB"))?,
+                input: u32::try_from(cubes[&(t.m0, t.k0)])
+                    .map_err(|_| bad("features past 4 GiB"))?,
+                weights: u32::try_from(weight_offset(t.k0, t.n0, n, kb))
+                    .map_err(|_| bad("weights past 4 GiB"))?,
                 output: u32::try_from(t.output).map_err(|_| bad("outputs past 4 GiB"))?,
+                ..plan.task(
+                    &Tile {
+                        core: t.core,
+                        m0: t.m0,
+                        rows: t.rows,
+                        n0: t.n0,
+                        kernels: t.kernels,
+                        kb: t.k0 / kb,
+                    },
+                    0,
+                    0,
+                    0,
+                )
             };
             if task != expect {
                 return Err(bad(&format!(
@@ -495,8 +529,41 @@ impl ProductProgram {
                 )));
             }
         }
+        let want_tiles = self.weights.len() as u64 * plan.task_count();
+        let regions = self
+            .tasks
+            .iter()
+            .map(|t| (t.output, u64::from(t.rows) * u64::from(t.kernels) * 4));
+        if tiles.len() as u64 != want_tiles
+            || self.outputs_bytes != output_bytes
+            || !disjoint_within(regions, self.outputs_bytes)
+        {
+            return Err("the tasks do not compute every tile once".into());
+        }
         Ok(())
     }
+}
+
+/// Offset of the weights of the task over columns `n0 ..` of the K block
+/// at row `k0`, in a weight of `n` columns stored in K blocks of `kb`
+/// ([`QLayout::Rk3588`]: one contiguous run).
+fn weight_offset(k0: u32, n0: u32, n: u32, kb: u32) -> u64 {
+    u64::from(k0) * u64::from(n) + u64::from(n0) * u64::from(kb)
+}
+
+/// Whether the `(offset, len)` regions lie inside `[0, size)` without
+/// overlapping.
+fn disjoint_within(regions: impl Iterator<Item = (u64, u64)>, size: u64) -> bool {
+    let mut regions: Vec<(u64, u64)> = regions.collect();
+    regions.sort_unstable();
+    let mut end = 0u64;
+    for (offset, len) in regions {
+        match offset.checked_add(len) {
+            Some(e) if offset >= end && e <= size => end = e,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// The program of every NPU product of bucket graph `g`, in node order
@@ -539,8 +606,7 @@ fn lower_node(g: &Graph, node: usize) -> Result<ProductProgram, String> {
         for operand in 0..p.weights.len() as u32 {
             for t in tiles {
                 let cube = (t.m0 / plan.mt * k_blocks + t.kb) as usize;
-                let weights = u64::from(t.kb) * u64::from(k_block) * u64::from(n)
-                    + u64::from(t.n0) * u64::from(k_block);
+                let weights = weight_offset(t.kb * k_block, t.n0, n, k_block);
                 let addr = |v: u64, what: &str| {
                     u32::try_from(v).map_err(|_| format!("the {what} pass 4 GiB"))
                 };
@@ -664,27 +730,46 @@ mod tests {
             let programs = lower_graph(g).unwrap();
             assert_eq!(programs.len(), g.nodes.len());
             for p in &programs {
-                p.check(g).unwrap();
+                p.check(g, &place(g)).unwrap();
                 assert!(!p.tasks.is_empty());
             }
         }
         let g = &m.graphs[0];
         let good = lower_graph(g).unwrap().remove(1);
         assert!(good.swiglu && good.weights == ["g", "u"]);
-        let mut bad = good.clone();
-        bad.tasks[0].output = bad.outputs_bytes;
-        assert!(bad.check(g).unwrap_err().contains("outside"));
-        let mut bad = good.clone();
-        // The list's output address no longer matches the entry.
-        bad.tasks[0].output += 64;
-        bad.outputs_bytes += 64;
-        assert!(bad.check(g).unwrap_err().contains("programs"));
-        let mut bad = good.clone();
-        bad.tasks[0].regcmd[8] ^= 1;
-        assert!(bad.check(g).is_err());
-        let mut bad = good;
-        bad.node = 0;
-        assert!(bad.check(g).unwrap_err().contains("another product"));
+        let refused = |change: &dyn Fn(&mut ProductProgram), why: &str| {
+            let mut bad = good.clone();
+            change(&mut bad);
+            let e = bad.check(g, &place(g)).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        };
+        refused(&|p| p.tasks[0].output = p.outputs_bytes, "programs");
+        // The entries' outputs swapped: the lists no longer match them.
+        refused(
+            &|p| {
+                let o = p.tasks[0].output;
+                p.tasks[0].output = p.tasks[1].output;
+                p.tasks[1].output = o;
+            },
+            "programs",
+        );
+        refused(&|p| p.tasks[0].regcmd[8] ^= 1, "task 0");
+        refused(&|p| p.node = 0, "another product");
+        refused(
+            &|p| p.tasks[1] = p.tasks[0].clone(),
+            "not one of the plan's",
+        );
+        refused(
+            &|p| {
+                let t = p.tasks.pop().unwrap();
+                p.outputs_bytes -= u64::from(t.rows * t.kernels * 4);
+            },
+            "every tile once",
+        );
+        refused(&|p| p.cores = u32::MAX, "tile plan");
+        refused(&|p| p.features_bytes = u64::MAX, "feature cubes");
+        refused(&|p| p.outputs_bytes = u64::MAX, "every tile once");
+        refused(&|p| p.features[0].offset = 1, "feature cubes");
     }
 
     #[test]

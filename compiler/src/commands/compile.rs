@@ -287,8 +287,8 @@ pub fn run(args: CompileArgs) -> CmdResult {
             entry.npu = lower_graph(g).map_err(|e| at(&e))?;
             if entry.npu.is_empty() {
                 tracing::warn!(
-                    "graph @{name}: no node runs on the NPU (it takes the quantized matmuls \
-                     and MLPs; here --quant {})",
+                    "graph @{name}: no node runs on the NPU (it takes W8A8 matmuls and MLPs \
+                     whose N and group are multiples of 32; here --quant {})",
                     quant_name(&choice.quant)
                 );
             }

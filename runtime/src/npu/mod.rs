@@ -25,7 +25,7 @@ use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, TensorData, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
-use crate::npu_device::{open_board, ModelDevice, NpuDevice, SharedBytes, PAGE};
+use crate::npu_device::{open_board, ModelDevice, NpuBuffer, NpuDevice, SharedBytes, PAGE};
 use crate::package::Package;
 pub use product::LoadedProduct;
 use product::OperandData;
@@ -42,12 +42,14 @@ pub enum NpuBackend {
 /// NPU address where each product's model memory starts.
 const MODEL_BASE: u32 = 0x1000_0000;
 
-/// The NPU part of a module: its weights' NPU facts by name and each
-/// bucket graph's programs.
+/// The NPU part of a module: its weights' NPU facts by name, each
+/// bucket graph's programs, and the board's device once a graph opens it
+/// (shared by all the module's graphs).
 #[derive(Clone, Debug, Default)]
 pub struct NpuLowered {
     pub weights: HashMap<String, NpuWeight>,
     pub programs: HashMap<String, Vec<ProductProgram>>,
+    pub board: BoardSession,
 }
 
 impl NpuLowered {
@@ -63,6 +65,7 @@ impl NpuLowered {
         Ok(NpuLowered {
             weights: weights.into_iter().map(|w| (w.name.clone(), w)).collect(),
             programs,
+            board: BoardSession::default(),
         })
     }
 
@@ -82,18 +85,16 @@ impl NpuLowered {
         Ok(NpuLowered {
             weights: pkg.npu_weights(),
             programs,
+            board: BoardSession::default(),
         })
     }
 }
 
 /// The bytes of weight `name` in the NPU's layout: the package's mapping
 /// when it is mapped, else a copy of the tensor held in memory.
-fn weight_bytes(module: &Module, name: &str, len: usize) -> Result<SharedBytes, String> {
-    if let Some((map, at)) = module.weights.mapped(name) {
-        let end = at.checked_add(len).filter(|&e| e <= map.len());
-        return end
-            .map(|end| SharedBytes::Mapped(map.clone(), at..end))
-            .ok_or_else(|| format!("weight @{name} lies outside its mapping"));
+fn weight_bytes(module: &Module, name: &str) -> Result<SharedBytes, String> {
+    if let Some((map, range)) = module.weights.mapped(name) {
+        return Ok(SharedBytes::Mapped(map.clone(), range));
     }
     let t = module
         .weights
@@ -138,7 +139,7 @@ fn operands(
                 .get(name)
                 .ok_or_else(|| format!("weight @{name} has no NPU column sums"))?;
             let data = OperandData {
-                weights: weight_bytes(module, name, program.weight_bytes() as usize)?,
+                weights: weight_bytes(module, name)?,
                 scale: f32_weight(module, g, inputs[2 + 2 * o])?,
                 column_sums: w.column_sums.clone(),
             };
@@ -158,18 +159,100 @@ pub fn program_bytes(program: &ProductProgram) -> usize {
         .sum()
 }
 
-/// Loads `program` (checked against its node of `g`, a graph of
-/// `module`) with its weights on `dev`: what [`NpuKernels::new`] does per
-/// product.
+/// A device and the weights imported into it, by name: products that
+/// share a device (a board's, across bucket graphs) share their weights'
+/// buffers, so each weight is imported (on a driver: copied) once.
+pub struct NpuSession {
+    dev: Rc<RefCell<dyn NpuDevice>>,
+    imported: HashMap<String, NpuBuffer>,
+    /// Set once a call on this device failed, after which its products
+    /// run their CPU kernels.
+    failed: Rc<Cell<bool>>,
+}
+
+impl NpuSession {
+    pub fn new(dev: Rc<RefCell<dyn NpuDevice>>) -> NpuSession {
+        NpuSession {
+            dev,
+            imported: HashMap::new(),
+            failed: Rc::new(Cell::new(false)),
+        }
+    }
+
+    /// Weights imported so far.
+    pub fn imported(&self) -> usize {
+        self.imported.len()
+    }
+}
+
+/// A session that bucket graphs share.
+type Shared = Rc<RefCell<NpuSession>>;
+
+/// The board's session, opened by the first bucket graph that asks and
+/// shared by the others (`Some(None)` inside: no device opened).
+#[derive(Clone, Default)]
+pub struct BoardSession(Rc<RefCell<Option<Option<Shared>>>>);
+
+impl std::fmt::Debug for BoardSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &*self.0.borrow() {
+            None => "not opened",
+            Some(None) => "no device",
+            Some(Some(_)) => "open",
+        };
+        write!(f, "BoardSession({state})")
+    }
+}
+
+impl BoardSession {
+    /// The board's session, opening the device on first use; `None` when
+    /// none opens (said once per process).
+    fn get(&self) -> Option<Shared> {
+        let mut state = self.0.borrow_mut();
+        state
+            .get_or_insert_with(|| match open_board() {
+                Ok(d) => Some(Rc::new(RefCell::new(NpuSession::new(d)))),
+                Err(e) => {
+                    if !NO_DEVICE_SAID.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("{e}; the quantized products run on the CPU");
+                    }
+                    None
+                }
+            })
+            .clone()
+    }
+}
+
+/// Loads `program` with its weights on `session`'s device, after checking
+/// it against its node of `g` (a graph of `module`): what
+/// [`NpuKernels::new`] does per product. Weights the session has imported
+/// already are reused.
 pub fn load_product(
     module: &Module,
     g: &Graph,
     program: &ProductProgram,
     stored: &HashMap<String, NpuWeight>,
-    dev: Rc<RefCell<dyn NpuDevice>>,
+    session: &mut NpuSession,
 ) -> Result<LoadedProduct, String> {
+    program.check(g, &place(g))?;
     let data = operands(module, g, program, stored)?;
-    LoadedProduct::load(program.clone(), data, dev)
+    let mut buffers = Vec::with_capacity(data.len());
+    for (name, d) in program.weights.iter().zip(&data) {
+        let buffer = match session.imported.get(name) {
+            Some(b) => *b,
+            None => {
+                let b = session
+                    .dev
+                    .borrow_mut()
+                    .import(d.weights.clone())
+                    .map_err(|e| format!("importing weight @{name}: {e}"))?;
+                session.imported.insert(name.clone(), b);
+                b
+            }
+        };
+        buffers.push(buffer);
+    }
+    LoadedProduct::load(program.clone(), data, &buffers, session.dev.clone())
         .map_err(|e| format!("loading its NPU program: {e}"))
 }
 
@@ -217,30 +300,34 @@ impl NpuKernels {
                 ));
             }
         }
-        let shared: Option<Rc<RefCell<dyn NpuDevice>>> = match backend {
+        let board = match backend {
             NpuBackend::Model => None,
-            NpuBackend::Board => match open_board() {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    // Every bucket graph loads its own kernels: said once.
-                    if !NO_DEVICE_SAID.swap(true, Ordering::Relaxed) {
-                        tracing::warn!("{e}; the quantized products run on the CPU");
-                    }
-                    return Ok(kernels);
-                }
+            NpuBackend::Board => match lowered.board.get() {
+                Some(session) => Some(session),
+                None => return Ok(kernels),
             },
         };
         for program in programs {
             let i = program.node as usize;
-            let dev: Rc<RefCell<dyn NpuDevice>> = match &shared {
-                Some(d) => d.clone(),
-                None => Rc::new(RefCell::new(ModelDevice::new(
-                    MODEL_BASE,
-                    program_bytes(program),
-                ))),
+            let at = |e: String| match i < graph.nodes.len() {
+                true => format!("node {}: {e}", node_label(graph, i)),
+                false => format!("NPU program of node {i}: {e}"),
             };
-            let loaded = load_product(module, graph, program, &lowered.weights, dev)
-                .map_err(|e| format!("node {}: {e}", node_label(graph, i)))?;
+            let loaded = match &board {
+                Some(session) => load_product(
+                    module,
+                    graph,
+                    program,
+                    &lowered.weights,
+                    &mut session.borrow_mut(),
+                ),
+                None => {
+                    let dev = ModelDevice::new(MODEL_BASE, program_bytes(program));
+                    let mut session = NpuSession::new(Rc::new(RefCell::new(dev)));
+                    load_product(module, graph, program, &lowered.weights, &mut session)
+                }
+            }
+            .map_err(at)?;
             kernels.npu.insert(i, Rc::new(RefCell::new(loaded)));
         }
         let on = match backend {
@@ -252,9 +339,7 @@ impl NpuKernels {
             graph.name,
             kernels.npu.len()
         );
-        if backend == NpuBackend::Board {
-            kernels.npu_failed = Some(Rc::new(Cell::new(false)));
-        }
+        kernels.npu_failed = board.map(|session| session.borrow().failed.clone());
         Ok(kernels)
     }
 

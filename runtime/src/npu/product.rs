@@ -5,13 +5,14 @@
 //! semantics).
 //!
 //! Contract: [`LoadedProduct::load`] takes a program that has passed
-//! [`ProductProgram::check`] and its weights' column sums. It imports the
-//! weights (the functional model reads the package's mapping in place; a
-//! driver's buffer gets a copy), allocates the feature, output and
-//! command-list buffers once, and writes every task's command list once,
-//! relocated to those buffers. Nothing is tiled, packed or emitted at
-//! load: the program and the weights' layout were made at compile time.
-//! [`LoadedProduct::call`] runs the node:
+//! [`ProductProgram::check`], its weights' scales and column sums, and
+//! the device buffers its weights were imported into (by
+//! [`super::load_product`]: once per device and weight). It allocates the
+//! feature, output and command-list buffers and the CPU's working memory
+//! once, and writes every task's command list once, relocated to those
+//! buffers. Nothing is tiled, packed or emitted at load: the program and
+//! the weights' layout were made at compile time. [`LoadedProduct::call`]
+//! allocates nothing and runs the node:
 //!
 //! 1. It quantizes each row of `x` as the reference does (`s`, `z`, `xq`).
 //! 2. It packs the rows into the program's feature cubes.
@@ -43,9 +44,9 @@ use crate::npu_device::{DeviceError, NpuBuffer, NpuDevice, NpuTask, SharedBytes}
 const C2_IN: usize = 16;
 const C2_OUT: usize = 4;
 
-/// One operand's weights as the CPU's part reads them.
+/// One operand's weights as the node's parts read them.
 pub struct OperandData {
-    /// The weights' bytes in the NPU's layout, for the device.
+    /// The weights' bytes in the NPU's layout, for the device to import.
     pub weights: SharedBytes,
     /// `[K / group][N]` scales and column sums.
     pub scale: Vec<f32>,
@@ -82,24 +83,38 @@ pub struct LoadedProduct {
     /// Each core's tasks, as ranges of `tasks`.
     per_core: Vec<Range<usize>>,
     tasks: Vec<NpuTask>,
-    /// Reused by every call: the packed features, the raw outputs.
+    /// The tasks of each quantization group, as indices into the
+    /// program's tasks.
+    by_group: Vec<Vec<usize>>,
+    /// Reused by every call, so that a call allocates nothing.
+    scratch: Scratch,
+}
+
+/// A call's working memory, sized at load.
+struct Scratch {
+    /// The quantized rows and each row's `(s, z)`.
+    xq: Vec<i8>,
+    params: Vec<(f32, i32)>,
+    /// The packed features and the raw outputs.
     feature_bytes: Vec<u8>,
     output_bytes: Vec<u8>,
+    /// One group's `Σ (xq - z)·q` per operand, row and column (`i32`
+    /// wrapping, as the reference's sum), and the scaled sums so far.
+    acc: Vec<i32>,
+    sums: Vec<f32>,
 }
 
 impl LoadedProduct {
-    /// Loads `program` (checked) with its operands' data on `dev`.
+    /// Loads `program` (checked) with its operands' data on `dev`, whose
+    /// weights `weights` (one buffer per operand) already hold.
     pub fn load(
         program: ProductProgram,
         operands: Vec<OperandData>,
+        weights: &[NpuBuffer],
         dev: Rc<RefCell<dyn NpuDevice>>,
     ) -> Result<LoadedProduct, DeviceError> {
         let (features, outputs, tasks) = {
             let mut d = dev.borrow_mut();
-            let weights: Vec<NpuBuffer> = operands
-                .iter()
-                .map(|o| d.import(o.weights.clone()))
-                .collect::<Result<_, _>>()?;
             let features = d.alloc(program.features_bytes as usize)?;
             let outputs = d.alloc(program.outputs_bytes as usize)?;
             let list_bytes: usize = program.tasks.iter().map(|t| t.regcmd.len()).sum();
@@ -113,10 +128,16 @@ impl LoadedProduct {
                     TaskBuffer::Weights => weights[t.operand as usize].addr,
                     TaskBuffer::Outputs => outputs.addr,
                 };
-                MatmulTask::relocate(&mut words, base).ok_or(DeviceError::OutOfMemory(0))?;
+                MatmulTask::relocate(&mut words, base).ok_or(DeviceError::AddressOverflow)?;
+                let regcmd = u32::try_from(all.len())
+                    .ok()
+                    .and_then(|at| lists.addr.checked_add(at))
+                    .ok_or(DeviceError::AddressOverflow)?;
+                let words_len =
+                    u32::try_from(words.len()).map_err(|_| DeviceError::AddressOverflow)?;
                 tasks.push(NpuTask {
-                    regcmd: lists.addr + all.len() as u32,
-                    words: words.len() as u32,
+                    regcmd,
+                    words: words_len,
                 });
                 all.extend(encode_buffer(&words));
             }
@@ -133,9 +154,26 @@ impl LoadedProduct {
             per_core.push(start..start + len);
             start += len;
         }
+        let (m, k, n) = (
+            program.rows as usize,
+            program.k as usize,
+            program.n as usize,
+        );
+        let cells = program.weights.len() * m * n;
+        let mut by_group = vec![Vec::new(); k / program.group as usize];
+        for (i, t) in program.tasks.iter().enumerate() {
+            by_group[(t.k0 / program.group) as usize].push(i);
+        }
         Ok(LoadedProduct {
-            feature_bytes: vec![0; program.features_bytes as usize],
-            output_bytes: vec![0; program.outputs_bytes as usize],
+            scratch: Scratch {
+                xq: vec![0; m * k],
+                params: Vec::with_capacity(m),
+                feature_bytes: vec![0; program.features_bytes as usize],
+                output_bytes: vec![0; program.outputs_bytes as usize],
+                acc: vec![0; cells],
+                sums: vec![0.0; cells],
+            },
+            by_group,
             program,
             operands,
             dev,
@@ -163,18 +201,25 @@ impl LoadedProduct {
 
     /// `y` of the node for row-major `x: [rows, K]` (see the module doc).
     pub fn call(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), DeviceError> {
-        let p = &self.program;
-        let (m, k, n) = (p.rows as usize, p.k as usize, p.n as usize);
-        let group = p.group as usize;
-        let groups = k / group;
-        assert_eq!(x.len(), m * k, "activations");
         assert_eq!(y.len(), self.result_len(), "result");
+        let LoadedProduct {
+            program: p,
+            operands,
+            dev,
+            features,
+            outputs,
+            per_core,
+            tasks,
+            by_group,
+            scratch: sc,
+        } = self;
+        let (m, k, n) = (p.rows as usize, p.k as usize, p.n as usize);
+        assert_eq!(x.len(), m * k, "activations");
         // 1. Per-row quantization, as the reference.
-        let mut params = Vec::with_capacity(m);
-        let mut xq = vec![0i8; m * k];
-        for (row, q) in x.chunks_exact(k).zip(xq.chunks_exact_mut(k)) {
+        sc.params.clear();
+        for (row, q) in x.chunks_exact(k).zip(sc.xq.chunks_exact_mut(k)) {
             let (s, z) = activation_params(row);
-            params.push((s, z as i32));
+            sc.params.push((s, z as i32));
             for (q, &v) in q.iter_mut().zip(row) {
                 *q = quantize_activation(v, s, z) as i8;
             }
@@ -182,9 +227,9 @@ impl LoadedProduct {
         // 2. The feature cubes.
         for c in &p.features {
             let (rows, channels) = (c.rows as usize, c.channels as usize);
-            let cube = &mut self.feature_bytes[c.offset as usize..][..rows * channels];
+            let cube = &mut sc.feature_bytes[c.offset as usize..][..rows * channels];
             for h in 0..rows {
-                let src = &xq[(c.m0 as usize + h) * k + c.k0 as usize..][..channels];
+                let src = &sc.xq[(c.m0 as usize + h) * k + c.k0 as usize..][..channels];
                 for (ch, &v) in src.iter().enumerate() {
                     cube[cube_index(ch, h, rows, C2_IN)] = v as u8;
                 }
@@ -192,62 +237,64 @@ impl LoadedProduct {
         }
         // 3. Every core's tasks.
         {
-            let mut d = self.dev.borrow_mut();
-            d.write(&self.features, 0, &self.feature_bytes)?;
-            for range in &self.per_core {
+            let mut d = dev.borrow_mut();
+            d.write(features, 0, &sc.feature_bytes)?;
+            for range in per_core.iter() {
                 if !range.is_empty() {
-                    d.submit(&self.tasks[range.clone()])?;
+                    d.submit(&tasks[range.clone()])?;
                 }
             }
-            d.read(&self.outputs, 0, &mut self.output_bytes)?;
+            d.read(outputs, 0, &mut sc.output_bytes)?;
         }
-        // 4. Per operand, group, row and column: the blocks' sums, then
-        // the zero-point correction.
-        let ops = p.weights.len();
-        let mut acc = vec![0i64; ops * groups * m * n];
-        for t in &p.tasks {
-            let (rows, kernels) = (t.rows as usize, t.kernels as usize);
-            let out = &self.output_bytes[t.output as usize..][..rows * kernels * 4];
-            let g = t.k0 as usize / group;
-            for r in 0..rows {
-                let at = ((t.operand as usize * groups + g) * m + t.m0 as usize + r) * n;
-                for j in 0..kernels {
-                    let e = cube_index(j, r, rows, C2_OUT) * 4;
-                    let v = i32::from_le_bytes(out[e..e + 4].try_into().expect("4 bytes"));
-                    acc[at + t.n0 as usize + j] += i64::from(v);
+        // 4 and 5, group by group in order, as the reference: the blocks'
+        // sums and the zero-point correction, exact modulo 2^32 as the
+        // reference's i32 sum; then the scales.
+        sc.sums.fill(0.0);
+        for (g, group_tasks) in by_group.iter().enumerate() {
+            sc.acc.fill(0);
+            for &i in group_tasks {
+                let t = &p.tasks[i];
+                let (rows, kernels) = (t.rows as usize, t.kernels as usize);
+                let out = &sc.output_bytes[t.output as usize..][..rows * kernels * 4];
+                for r in 0..rows {
+                    let at = (t.operand as usize * m + t.m0 as usize + r) * n + t.n0 as usize;
+                    let acc = &mut sc.acc[at..][..kernels];
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        let e = cube_index(j, r, rows, C2_OUT) * 4;
+                        let v = i32::from_le_bytes(out[e..e + 4].try_into().expect("4 bytes"));
+                        *a = a.wrapping_add(v);
+                    }
                 }
             }
-        }
-        // 5. The scales, groups in order, as the reference; then the
-        // result (a `qswiglu`'s gate, by its up projection).
-        let mut sums = vec![0f32; ops * m * n];
-        for (o, data) in self.operands.iter().enumerate() {
-            for (row, &(s, z)) in params.iter().enumerate() {
-                let out = &mut sums[(o * m + row) * n..][..n];
-                for g in 0..groups {
-                    let a = &acc[((o * groups + g) * m + row) * n..][..n];
-                    let sc = &data.scale[g * n..][..n];
-                    let cs = &data.column_sums[g * n..][..n];
-                    for (((o, &a), &sc), &cs) in out.iter_mut().zip(a).zip(sc).zip(cs) {
-                        // The reference's Σ (xq - z)·q, within i32 as its sum is.
-                        let exact = (a - i64::from(z) * i64::from(cs)) as i32;
-                        *o += exact as f32 * (s * sc);
+            for (o, data) in operands.iter().enumerate() {
+                let scale = &data.scale[g * n..][..n];
+                let column_sums = &data.column_sums[g * n..][..n];
+                for (row, &(s, z)) in sc.params.iter().enumerate() {
+                    let cell = (o * m + row) * n;
+                    let acc = &sc.acc[cell..][..n];
+                    let out = &mut sc.sums[cell..][..n];
+                    for (((o, &a), &w), &cs) in out.iter_mut().zip(acc).zip(scale).zip(column_sums)
+                    {
+                        let exact = a.wrapping_sub(z.wrapping_mul(cs));
+                        *o += exact as f32 * (s * w);
                     }
                 }
             }
         }
+        // The result (a `qswiglu`'s gate, by its up projection).
+        let ops = p.weights.len();
         match (p.swiglu, ops) {
-            (false, _) => y.copy_from_slice(&sums),
+            (false, _) => y.copy_from_slice(&sc.sums),
             (true, 1) => {
                 let half = n / 2;
-                for (out, row) in y.chunks_exact_mut(half).zip(sums.chunks_exact(n)) {
+                for (out, row) in y.chunks_exact_mut(half).zip(sc.sums.chunks_exact(n)) {
                     for (j, o) in out.iter_mut().enumerate() {
                         *o = QSwiGlu::gate(row[j], row[half + j]);
                     }
                 }
             }
             (true, _) => {
-                let (gate, up) = sums.split_at(m * n);
+                let (gate, up) = sc.sums.split_at(m * n);
                 for ((o, &g), &u) in y.iter_mut().zip(gate).zip(up) {
                     *o = QSwiGlu::gate(g, u);
                 }

@@ -90,6 +90,8 @@ pub enum DeviceError {
     Shape(#[from] slmcc_backends::npu::regcmd::MatmulError),
     #[error("a command list: {0}")]
     Program(slmcc_backends::npu::regcmd::BufferError),
+    #[error("a command list's address passes 32 bits once relocated to its buffers")]
+    AddressOverflow,
 }
 
 /// An NPU that runs register command lists.

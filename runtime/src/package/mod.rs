@@ -72,9 +72,10 @@ pub const HEADER_BYTES: usize = 128;
 pub const WEIGHTS_ALIGN: usize = 64;
 /// A package whose graphs run on the CPU kernels alone.
 pub const TARGET_CPU: &str = "cpu";
-/// A package for the modelled RK3588: quantized linear layers on the NPU
-/// (the `partition` pass's placement), the rest on its CPU cores. On the
-/// host it runs on the NPU simulator or on the CPU kernels alone.
+/// A package for the RK3588: the W8A8 products as the NPU's register
+/// programs (the placement of `slmcc_ir::placement`), the rest on its CPU
+/// cores. On the host it runs on the NPU's functional model or on the CPU
+/// kernels alone.
 pub const TARGET_RK3588: &str = "rk3588";
 /// [`VersionSet::isa`] of a package without kernels, compiled at load.
 pub const ISA_HOST_JIT: &str = "host-jit";
@@ -428,10 +429,11 @@ impl Package {
         let (Some(b), Some(g)) = (b, module.graph(graph)) else {
             return Err(fail(format!("no bucket graph @{graph}")));
         };
+        let placed = slmcc_ir::placement::place(g);
         b.npu
             .iter()
             .map(|p| {
-                p.check(g).map_err(|e| {
+                p.check(g, &placed).map_err(|e| {
                     fail(format!(
                         "graph @{graph}, NPU program of node {}: {e}",
                         p.node

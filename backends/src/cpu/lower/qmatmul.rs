@@ -32,7 +32,7 @@
 //! are the reference's, in its order, which makes the result bit-exact.
 //!
 //! Weight-only products (`activations = "f32"`) and weights in `strips16`
-//! are always a call of the runtime's `slmcc_qgemm`
+//! or the NPU's `rk3588` layout are always a call of the runtime's `slmcc_qgemm`
 //! ([`crate::cpu::hostqgemm`]), which takes every layout and both kinds.
 //!
 //! Steps 3 and 4 are [`products`], shared with `qswiglu`
@@ -179,8 +179,8 @@ pub fn qmatmul(kb: &mut KernelBuilder, op: &QMatMul, sig: &NodeSig) -> Result<()
 
 /// Whether the product goes to the runtime's `slmcc_qgemm`
 /// ([`KernelBuilder::host_qgemm`], `K` within its limit); weights in
-/// `strips16` always do (the generated loops read row-major weights), and
-/// are refused past that limit; weight-only products always do, for any
+/// `strips16` or `rk3588` always do (the generated loops read row-major
+/// weights), and are refused past that limit; weight-only products always do, for any
 /// `K` (the generated loops quantize the activations).
 pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> Result<bool, CpuError> {
     if d.weight_only {
@@ -191,7 +191,8 @@ pub(super) fn host_qgemm(kb: &KernelBuilder, d: &Dims) -> Result<bool, CpuError>
         return Err(unsupported(
             "qmatmul",
             format!(
-                "with strips16 weights and K = {} > {}",
+                "with {} weights and K = {} > {}",
+                d.layout.attr_name().unwrap_or_default(),
                 d.k,
                 crate::cpu::hostqgemm::MAX_K
             ),
