@@ -16,13 +16,15 @@
 //! Tile sizes: for each K block `kt` (a divisor of the group, a multiple of
 //! 32) and each number D of CBUF banks given to the features
 //! (1..=11), `mt` is the most rows D banks hold (at most M, and at most
-//! [`MAX_TILE_ROWS`] for the 10-bit `FEATURE_GRAINS`), and `nt` is the most
-//! kernels the other 12 − D banks hold, in whole weight blocks. The plan
-//! keeps the pair with the fewest DDR bytes moved: every N tile reads all of A,
-//! every M tile reads all of B, and each task counts
-//! [`TASK_OVERHEAD_BYTES`] for its setup; partial outputs count as written
-//! once per K block. [`TilePlan::estimate`] gives the
-//! plan's estimated time on the model's target.
+//! [`MAX_TILE_ROWS`] for the 10-bit `FEATURE_GRAINS`), and `nt` is either
+//! the most kernels the other 12 − D banks hold, in whole weight blocks,
+//! or the fewest blocks per tile that still make the N tiles a multiple of
+//! the cores (so that round-robin leaves no core with more). The plan
+//! keeps the candidate of least estimated time ([`TilePlan::estimate`]:
+//! the slowest core's setup, DDR and MAC time), ties going to the fewest
+//! DDR bytes moved ([`TilePlan::cost`]: every N tile reads all of A, every
+//! M tile reads all of B, each task counts [`TASK_OVERHEAD_BYTES`] for
+//! its setup, partial outputs are written once per K block).
 
 use super::matmul::{MatmulError, MatmulPrecision, MatmulTask, K_ALIGN, N_ALIGN};
 use crate::npu::Target;
@@ -93,28 +95,21 @@ impl TilePlan {
         if !n.is_multiple_of(N_ALIGN) {
             return Err(MatmulError::NAlign { n, align: N_ALIGN });
         }
-        let mut best: Option<(u64, TilePlan)> = None;
-        for kt in (K_ALIGN..=group).step_by(K_ALIGN as usize) {
-            if !group.is_multiple_of(kt) {
-                continue;
-            }
-            for plan in Self::candidates(precision, (m, k, n), kt, cores) {
-                let cost = plan.cost();
-                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                    best = Some((cost, plan));
-                }
-            }
-        }
+        let best = (K_ALIGN..=group)
+            .step_by(K_ALIGN as usize)
+            .filter(|kt| group.is_multiple_of(*kt))
+            .flat_map(|kt| Self::candidates(precision, (m, k, n), kt, cores))
+            .min_by(Self::faster);
         // Only when 16 kernels of 32 channels do not fit, which 12 banks
         // always hold.
-        best.map(|(_, p)| p).ok_or(MatmulError::WeightsTooLarge {
+        best.ok_or(MatmulError::WeightsTooLarge {
             bytes: u64::from(K_ALIGN * N_ALIGN * precision.input_bytes()),
             banks: 0,
             bank_bytes: Target::rk3588().cbuf_bank_bytes,
         })
     }
 
-    /// The plan of least cost with K blocks of exactly `kt` channels and
+    /// The plan of least estimated time with K blocks of exactly `kt` channels and
     /// N tiles of whole weight blocks (what the `rk3588` weight layout
     /// stores contiguously), or `None` when not even one block of kernels
     /// of `kt` channels fits beside a bank of features. `kt` must be a
@@ -135,16 +130,26 @@ impl TilePlan {
         }
         Self::candidates(precision, (m, k, n), kt, cores)
             .filter(|p| p.nt.is_multiple_of(block))
-            .min_by_key(|p| p.cost())
+            .min_by(Self::faster)
     }
 
-    /// What the plan search minimises: the DDR bytes moved, and
-    /// [`TASK_OVERHEAD_BYTES`] per task.
+    /// The order of the plan search: estimated time on the RK3588, then
+    /// [`TilePlan::cost`].
+    fn faster(a: &TilePlan, b: &TilePlan) -> std::cmp::Ordering {
+        let target = Target::rk3588();
+        let (ta, tb) = (a.estimate(&target).seconds, b.estimate(&target).seconds);
+        ta.total_cmp(&tb).then(a.cost().cmp(&b.cost()))
+    }
+
+    /// The plan search's tie-break after the estimated time: the DDR
+    /// bytes moved, and [`TASK_OVERHEAD_BYTES`] per task.
     pub fn cost(&self) -> u64 {
         self.ddr_bytes() + self.task_count() * TASK_OVERHEAD_BYTES
     }
 
-    /// The plans with K blocks of `kt`, one per number of feature banks.
+    /// The plans with K blocks of `kt`: per number of feature banks, the
+    /// widest N tile, and the narrowest whose tile count is still a
+    /// multiple of the cores when that differs.
     fn candidates(
         precision: MatmulPrecision,
         (m, k, n): (u32, u32, u32),
@@ -155,30 +160,42 @@ impl TilePlan {
         let bank = u64::from(target.cbuf_bank_bytes);
         let row_bytes = u64::from(kt) * u64::from(precision.input_bytes());
         let block = precision.kernel_block() as u64;
-        (1..target.cbuf_banks).filter_map(move |data_banks| {
-            let weight_banks = u64::from(target.cbuf_banks - data_banks);
-            let mt = (u64::from(data_banks) * bank / row_bytes)
-                .min(u64::from(m))
-                .min(u64::from(MAX_TILE_ROWS));
-            let fit = weight_banks * bank / row_bytes;
-            // Whole weight blocks, or steps of 16 when not even one block fits.
-            let nt = if fit >= block {
-                fit / block * block
-            } else {
-                fit / u64::from(N_ALIGN) * u64::from(N_ALIGN)
-            }
-            .min(u64::from(n));
-            (mt > 0 && nt > 0).then_some(TilePlan {
-                precision,
-                m,
-                k,
-                n,
-                mt: mt as u32,
-                nt: nt as u32,
-                kt,
-                cores,
+        (1..target.cbuf_banks)
+            .filter_map(move |data_banks| {
+                let weight_banks = u64::from(target.cbuf_banks - data_banks);
+                let mt = (u64::from(data_banks) * bank / row_bytes)
+                    .min(u64::from(m))
+                    .min(u64::from(MAX_TILE_ROWS));
+                let fit = weight_banks * bank / row_bytes;
+                // Whole weight blocks, or steps of 16 when not even one block fits.
+                let step = if fit >= block {
+                    block
+                } else {
+                    u64::from(N_ALIGN)
+                };
+                let widest = (fit / step * step).min(u64::from(n));
+                if mt == 0 || widest == 0 {
+                    return None;
+                }
+                // As many tiles as the widest gives, rounded up to the cores.
+                let tiles = u64::from(n)
+                    .div_ceil(widest)
+                    .next_multiple_of(u64::from(cores));
+                let even = u64::from(n).div_ceil(tiles).next_multiple_of(step);
+                let plan = |nt: u64| TilePlan {
+                    precision,
+                    m,
+                    k,
+                    n,
+                    mt: mt as u32,
+                    nt: nt as u32,
+                    kt,
+                    cores,
+                };
+                let even = (even < widest).then(|| plan(even));
+                Some(std::iter::once(plan(widest)).chain(even))
             })
-        })
+            .flatten()
     }
 
     fn tiles_m(&self) -> u32 {
