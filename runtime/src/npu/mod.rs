@@ -129,7 +129,11 @@ fn operands(
     program: &ProductProgram,
     stored: &HashMap<String, NpuWeight>,
 ) -> Result<Vec<OperandData>, String> {
-    let inputs = &g.nodes[program.node as usize].inputs;
+    let inputs = &g
+        .nodes
+        .get(program.node as usize)
+        .ok_or_else(|| format!("no node {} in @{}", program.node, g.name))?
+        .inputs;
     program
         .weights
         .iter()
@@ -140,7 +144,10 @@ fn operands(
                 .ok_or_else(|| format!("weight @{name} has no NPU column sums"))?;
             let data = OperandData {
                 weights: weight_bytes(module, name)?,
-                scale: f32_weight(module, g, inputs[2 + 2 * o])?,
+                scale: match inputs.get(2 + 2 * o) {
+                    Some(&v) => f32_weight(module, g, v)?,
+                    None => return Err(format!("node {}: no scales for @{name}", program.node)),
+                },
                 column_sums: w.column_sums.clone(),
             };
             data.check(program, w)?;
@@ -223,10 +230,12 @@ impl BoardSession {
     }
 }
 
-/// Loads `program` with its weights on `session`'s device, after checking
-/// it against its node of `g` (a graph of `module`): what
-/// [`NpuKernels::new`] does per product. Weights the session has imported
-/// already are reused.
+/// Loads `program` with its weights on `session`'s device: what
+/// [`NpuKernels::new`] does per product. `program` must have passed
+/// [`ProductProgram::check`] against its node of `g` (a graph of
+/// `module`), as every program of an [`NpuLowered`] has: a package's when
+/// it was read, a lowering's by construction. Weights the session has
+/// imported already are reused.
 pub fn load_product(
     module: &Module,
     g: &Graph,
@@ -234,7 +243,6 @@ pub fn load_product(
     stored: &HashMap<String, NpuWeight>,
     session: &mut NpuSession,
 ) -> Result<LoadedProduct, String> {
-    program.check(g, &place(g))?;
     let data = operands(module, g, program, stored)?;
     let mut buffers = Vec::with_capacity(data.len());
     for (name, d) in program.weights.iter().zip(&data) {
