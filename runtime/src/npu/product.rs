@@ -77,12 +77,7 @@ impl OperandData {
 pub struct LoadedProduct {
     program: ProductProgram,
     operands: Vec<OperandData>,
-    dev: Rc<RefCell<dyn NpuDevice>>,
-    features: NpuBuffer,
-    outputs: NpuBuffer,
-    /// Each core's tasks, as ranges of `tasks`.
-    per_core: Vec<Range<usize>>,
-    tasks: Vec<NpuTask>,
+    device: OnDevice,
     /// The tasks of each quantization group, as indices into the
     /// program's tasks.
     by_group: Vec<Vec<usize>>,
@@ -90,29 +85,24 @@ pub struct LoadedProduct {
     scratch: Scratch,
 }
 
-/// A call's working memory, sized at load.
-struct Scratch {
-    /// The quantized rows and each row's `(s, z)`.
-    xq: Vec<i8>,
-    params: Vec<(f32, i32)>,
-    /// The packed features and the raw outputs.
-    feature_bytes: Vec<u8>,
-    output_bytes: Vec<u8>,
-    /// One group's `Σ (xq - z)·q` per operand, row and column (`i32`
-    /// wrapping, as the reference's sum), and the scaled sums so far.
-    acc: Vec<i32>,
-    sums: Vec<f32>,
+/// A program's part on the device: its buffers and relocated tasks.
+struct OnDevice {
+    dev: Rc<RefCell<dyn NpuDevice>>,
+    features: NpuBuffer,
+    outputs: NpuBuffer,
+    /// Each core's tasks, as ranges of `tasks`.
+    per_core: Vec<Range<usize>>,
+    tasks: Vec<NpuTask>,
 }
 
-impl LoadedProduct {
-    /// Loads `program` (checked) with its operands' data on `dev`, whose
-    /// weights `weights` (one buffer per operand) already hold.
-    pub fn load(
-        program: ProductProgram,
-        operands: Vec<OperandData>,
+impl OnDevice {
+    /// Allocates `program`'s buffers on `dev` and writes its command
+    /// lists, relocated to them and to the operands' `weights`.
+    fn load(
+        program: &ProductProgram,
         weights: &[NpuBuffer],
         dev: Rc<RefCell<dyn NpuDevice>>,
-    ) -> Result<LoadedProduct, DeviceError> {
+    ) -> Result<OnDevice, DeviceError> {
         let (features, outputs, tasks) = {
             let mut d = dev.borrow_mut();
             let features = d.alloc(program.features_bytes as usize)?;
@@ -154,6 +144,53 @@ impl LoadedProduct {
             per_core.push(start..start + len);
             start += len;
         }
+        Ok(OnDevice {
+            dev,
+            features,
+            outputs,
+            per_core,
+            tasks,
+        })
+    }
+
+    /// Writes the packed `features`, runs every core's tasks and reads
+    /// the raw `outputs` back.
+    fn run(&self, features: &[u8], outputs: &mut [u8]) -> Result<(), DeviceError> {
+        let mut d = self.dev.borrow_mut();
+        d.write(&self.features, 0, features)?;
+        for range in &self.per_core {
+            if !range.is_empty() {
+                d.submit(&self.tasks[range.clone()])?;
+            }
+        }
+        d.read(&self.outputs, 0, outputs)
+    }
+}
+
+/// A call's working memory, sized at load.
+struct Scratch {
+    /// The quantized rows and each row's `(s, z)`.
+    xq: Vec<i8>,
+    params: Vec<(f32, i32)>,
+    /// The packed features and the raw outputs.
+    feature_bytes: Vec<u8>,
+    output_bytes: Vec<u8>,
+    /// One group's `Σ (xq - z)·q` per operand, row and column (`i32`
+    /// wrapping, as the reference's sum), and the scaled sums so far.
+    acc: Vec<i32>,
+    sums: Vec<f32>,
+}
+
+impl LoadedProduct {
+    /// Loads `program` (checked) with its operands' data on `dev`, whose
+    /// weights `weights` (one buffer per operand) already hold.
+    pub fn load(
+        program: ProductProgram,
+        operands: Vec<OperandData>,
+        weights: &[NpuBuffer],
+        dev: Rc<RefCell<dyn NpuDevice>>,
+    ) -> Result<LoadedProduct, DeviceError> {
+        let device = OnDevice::load(&program, weights, dev)?;
         let (m, k, n) = (
             program.rows as usize,
             program.k as usize,
@@ -176,11 +213,7 @@ impl LoadedProduct {
             by_group,
             program,
             operands,
-            dev,
-            features,
-            outputs,
-            per_core,
-            tasks,
+            device,
         })
     }
 
@@ -202,17 +235,7 @@ impl LoadedProduct {
     /// `y` of the node for row-major `x: [rows, K]` (see the module doc).
     pub fn call(&mut self, x: &[f32], y: &mut [f32]) -> Result<(), DeviceError> {
         assert_eq!(y.len(), self.result_len(), "result");
-        let LoadedProduct {
-            program: p,
-            operands,
-            dev,
-            features,
-            outputs,
-            per_core,
-            tasks,
-            by_group,
-            scratch: sc,
-        } = self;
+        let (p, sc) = (&self.program, &mut self.scratch);
         let (m, k, n) = (p.rows as usize, p.k as usize, p.n as usize);
         assert_eq!(x.len(), m * k, "activations");
         // 1. Per-row quantization, as the reference.
@@ -236,21 +259,12 @@ impl LoadedProduct {
             }
         }
         // 3. Every core's tasks.
-        {
-            let mut d = dev.borrow_mut();
-            d.write(features, 0, &sc.feature_bytes)?;
-            for range in per_core.iter() {
-                if !range.is_empty() {
-                    d.submit(&tasks[range.clone()])?;
-                }
-            }
-            d.read(outputs, 0, &mut sc.output_bytes)?;
-        }
+        self.device.run(&sc.feature_bytes, &mut sc.output_bytes)?;
         // 4 and 5, group by group in order, as the reference: the blocks'
         // sums and the zero-point correction, exact modulo 2^32 as the
         // reference's i32 sum; then the scales.
         sc.sums.fill(0.0);
-        for (g, group_tasks) in by_group.iter().enumerate() {
+        for (g, group_tasks) in self.by_group.iter().enumerate() {
             sc.acc.fill(0);
             for &i in group_tasks {
                 let t = &p.tasks[i];
@@ -266,7 +280,7 @@ impl LoadedProduct {
                     }
                 }
             }
-            for (o, data) in operands.iter().enumerate() {
+            for (o, data) in self.operands.iter().enumerate() {
                 let scale = &data.scale[g * n..][..n];
                 let column_sums = &data.column_sums[g * n..][..n];
                 for (row, &(s, z)) in sc.params.iter().enumerate() {
