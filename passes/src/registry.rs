@@ -174,7 +174,7 @@ pub static PASSES: &[PassInfo] = &[
     },
     PassInfo {
         name: "pack-weights",
-        summary: "quantized weights of CPU products stored as the dot products read them (layout strips16)",
+        summary: "quantized weights of CPU products stored as the CPU kernels read them (layout strips16)",
         options: pack_weights::OPTIONS,
         requires: Requires::Any,
         invalidates: Invalidates::Plans,

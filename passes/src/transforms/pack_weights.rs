@@ -1,17 +1,20 @@
-//! `pack-weights`: quantized weights stored in the order the CPU's integer
-//! dot products read them (`qmatmul`/`qswiglu` `layout = "strips16"`), so
-//! that a package's weights are used in place, with no repacking at load.
+//! `pack-weights`: quantized weights stored in the order the CPU's
+//! kernels read them (`qmatmul`/`qswiglu` `layout = "strips16"`), so that
+//! a package's weights are used in place, with no repacking at load.
 //!
 //! A row-major `[K, N]` weight makes the CPU kernel gather four rows of `K`
 //! per column into each 32-bit lane with byte and word shuffles, at every
 //! call. In `strips16` ([`slmcc_ir::ops::qlayout`]) each 64 bytes are one
 //! vector's worth of those lanes already, and an `i4` block's two nibbles
-//! are two such blocks: the kernel loads, masks (for `i4`) and multiplies.
+//! are two such blocks: the integer dot products load, mask (for `i4`)
+//! and multiply. The weight-only products (`activations = "f32"`) read
+//! the same blocks a row at a time, and each strip of 16 columns is one
+//! contiguous run, so decode streams the weights in order instead of
+//! touching a row `N` bytes apart per step.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use slmcc_ir::ops::qlayout::{QLayout, STRIP_COLUMNS};
-use slmcc_ir::ops::qmatmul::QActivations;
 use slmcc_ir::placement::{place, Device};
 use slmcc_ir::{Graph, Module, Op, Tensor, ValueDef};
 
@@ -29,7 +32,8 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
 /// Stores the weights of quantized products that run on the CPU in
 /// `strips16` and marks those products `layout = "strips16"`.
 ///
-/// A `qmatmul` or `qswiglu` node is packed when every one of its weights
+/// A `qmatmul` or `qswiglu` node, with INT8 or weight-only (`f32`)
+/// activations, is packed when every one of its weights
 /// (`q` operands) is a module weight with data, fits the layout (`N` a
 /// multiple of 16, of 32 for a fused gate/up `qswiglu`; `K` a multiple of 4
 /// for `i8`, 8 for `i4`), its `group` is a multiple of those 4 or 8 rows
@@ -57,13 +61,13 @@ impl PackWeights {
 }
 
 /// A quantized product's `q` operands, group and layout (`None` for other
-/// ops, and for weight-only products: their `f32` loops read row-major
-/// weights).
+/// ops). Both kinds of product read `strips16`: INT8 activations and
+/// weight-only.
 fn quantized(g: &Graph, node: usize) -> Option<(Vec<usize>, i64, QLayout)> {
     let n = &g.nodes[node];
     let (group, layout) = match n.op {
-        Op::QMatMul(op) if op.activations == QActivations::Int8 => (op.group, op.layout),
-        Op::QSwiGlu(op) if op.activations == QActivations::Int8 => (op.group, op.layout),
+        Op::QMatMul(op) => (op.group, op.layout),
+        Op::QSwiGlu(op) => (op.group, op.layout),
         _ => return None,
     };
     Some(((1..n.inputs.len()).step_by(2).collect(), group, layout))
@@ -228,5 +232,25 @@ mod tests {
         assert!(!PackWeights { rk3588: false }
             .run(&mut m, &mut stats)
             .unwrap());
+    }
+
+    #[test]
+    fn packs_weight_only_products_too() {
+        let src = SRC.replace(
+            "{bits = 4, group = 32}",
+            "{activations = \"f32\", bits = 4, group = 32}",
+        );
+        let mut m = parse_module(&src).unwrap();
+        m.weights = module().weights;
+        let mut stats = Statistics::default();
+        assert!(PackWeights { rk3588: false }
+            .run(&mut m, &mut stats)
+            .unwrap());
+        let Op::QMatMul(op) = m.graphs[0].nodes[0].op else {
+            panic!("the first node is the weight-only qmatmul");
+        };
+        assert_eq!(op.activations, slmcc_ir::ops::qmatmul::QActivations::F32);
+        assert_eq!(op.layout, QLayout::Strips16);
+        assert_eq!(stats.get("nodes-packed"), 1);
     }
 }

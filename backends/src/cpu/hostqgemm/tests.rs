@@ -2,14 +2,15 @@
 //! (`QMatMul::product`): bit for bit, on every path this CPU runs
 //! ([`available`]: the plain loops and each vector kernel), for tails,
 //! remainders, odd strides and threads; and the
-//! weight-only products (`activations = "f32"`) the same way.
+//! weight-only products (`activations = "f32"`) the same way on every set
+//! of panels this CPU runs ([`weight_only::available`]), in both layouts.
 
 use slmcc_ir::ops::fused_util::sigmoid;
 use slmcc_ir::ops::qlayout::QLayout;
 use slmcc_ir::ops::qmatmul::{QActivations, QColumns, QMatMul};
 use slmcc_ir::{DType, Tensor};
 
-use super::{available, detect, run, Call, QKernel, Weight};
+use super::{available, detect, run, weight_only, Call, QKernel, Weight};
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -90,8 +91,8 @@ fn check(
 enum Case {
     /// INT8 activations, the weight stored in this layout.
     Int8(QLayout),
-    /// Weight-only: f32 activations, row-major weights.
-    WeightOnly,
+    /// Weight-only: f32 activations, the weight stored in this layout.
+    WeightOnly(QLayout),
 }
 
 /// [`check`] with the weight stored in `layout`.
@@ -126,7 +127,7 @@ fn check_case(
 ) {
     let (layout, activations) = match case {
         Case::Int8(layout) => (layout, QActivations::Int8),
-        Case::WeightOnly => (QLayout::RowMajor, QActivations::F32),
+        Case::WeightOnly(layout) => (layout, QActivations::F32),
     };
     let mut rng = Rng(seed);
     let mut x: Vec<f32> = (0..rows * k).map(|_| rng.f32() * 3.0).collect();
@@ -168,7 +169,16 @@ fn check_case(
         rows: k,
         layout,
     };
-    for kernel in available() {
+    // Weight-only products run every set of panels; the INT8 ones every
+    // dot-product kernel.
+    let paths: Vec<(QKernel, Option<weight_only::Panels>)> = match case {
+        Case::Int8(_) => available().into_iter().map(|k| (k, None)).collect(),
+        Case::WeightOnly(_) => weight_only::available()
+            .into_iter()
+            .map(|p| (detect(), Some(p)))
+            .collect(),
+    };
+    for (kernel, panels) in paths {
         for threads in [1, 2] {
             let mut y = vec![f32::NAN; rows * n];
             let call = Call {
@@ -185,16 +195,16 @@ fn check_case(
             };
             // SAFETY: the buffers hold what the shapes say.
             unsafe {
-                match case {
-                    Case::Int8(_) => run(&call, threads),
-                    Case::WeightOnly => super::weight_only::run(&call, threads),
+                match panels {
+                    None => run(&call, threads),
+                    Some(panels) => weight_only::run_with(&call, threads, panels),
                 }
             }
             for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
                 assert_eq!(
                     a.to_bits(),
                     b.to_bits(),
-                    "{kernel:?} threads {threads}: rows {rows} k {k} g {group} n {n} \
+                    "{kernel:?} {panels:?} threads {threads}: rows {rows} k {k} g {group} n {n} \
                      stride {stride} cols {cols:?} int4 {int4} {case:?}: element {i}: \
                      {a} != {b}"
                 );
@@ -249,9 +259,11 @@ fn qswiglu_fused_and_separate_weights() {
     }
 }
 
-#[test]
-fn strips16_weights_bit_exact_with_the_reference() {
-    let mut seed = 100;
+/// Every `strips16` case of `kind` (INT8 activations or weight-only):
+/// groups of whole blocks, 1 to 9 rows, column ranges and both `qswiglu`
+/// forms, then a group that splits the layout's blocks (4 rows, `i4`
+/// blocks of 8), which takes the plain loops through the layout.
+fn check_strips16(mut seed: u64, case: Case) {
     for int4 in [false, true] {
         for (k, group) in [(64, 32), (96, 96), (48, 8), (256, 128), (2048, 64)] {
             for rows in [1, 2, 3, 4, 5, 9] {
@@ -262,29 +274,23 @@ fn strips16_weights_bit_exact_with_the_reference() {
                     // strips past a task's 64 columns.
                     (32, 96, vec![48]),
                     (80, 80, vec![0]),
+                    (48, 48, vec![0]),
                     // qswiglu, fused gate/up and two weights.
                     (32, 64, vec![0, 32]),
                     (48, 48, vec![0, 0]),
                 ] {
                     seed += 1;
-                    check_layout(
-                        seed,
-                        rows,
-                        k,
-                        group,
-                        n,
-                        stride,
-                        &cols,
-                        int4,
-                        QLayout::Strips16,
-                    );
+                    check_case(seed, rows, k, group, n, stride, &cols, int4, case);
                 }
             }
         }
-        // A group that splits the layout's blocks (4 rows, i4 blocks of 8)
-        // takes the plain loops through the layout.
-        check_layout(3, 2, 32, 4, 16, 16, &[0], int4, QLayout::Strips16);
+        check_case(3, 2, 32, 4, 16, 16, &[0], int4, case);
     }
+}
+
+#[test]
+fn strips16_weights_bit_exact_with_the_reference() {
+    check_strips16(100, Case::Int8(QLayout::Strips16));
 }
 
 #[test]
@@ -325,12 +331,17 @@ fn weight_only_bit_exact_with_the_reference() {
                     (17, 17, vec![0, 0]),
                 ] {
                     seed += 1;
-                    let case = Case::WeightOnly;
+                    let case = Case::WeightOnly(QLayout::RowMajor);
                     check_case(seed, rows, k, group, n, stride, &cols, int4, case);
                 }
             }
         }
     }
+}
+
+#[test]
+fn weight_only_strips16_bit_exact_with_the_reference() {
+    check_strips16(700, Case::WeightOnly(QLayout::Strips16));
 }
 
 #[test]
