@@ -1,6 +1,5 @@
 //! `const-fold`: replace values known at compile time by constants.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use slmcc_ir::ops::constant::Constant;
@@ -10,6 +9,7 @@ use slmcc_ir::{EvalCtx, Fact, Known, Module, Op, OpDef, ValueDef};
 use crate::facts::propagate;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{Pass, PassError, Statistics};
+use crate::transforms::drop_unused_weights;
 
 /// Options of `const-fold`.
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
@@ -146,25 +146,7 @@ fn fold_weight_transposes(module: &mut Module) -> Result<u64, PassError> {
         g.compact();
     }
     if folded > 0 {
-        let used: HashSet<String> = module
-            .graphs
-            .iter()
-            .flat_map(|g| {
-                g.values().filter_map(|(_, v)| match &v.def {
-                    ValueDef::Weight(w) => Some(w.clone()),
-                    _ => None,
-                })
-            })
-            .collect();
-        let unused: Vec<String> = module
-            .weights
-            .iter()
-            .map(|(n, _)| n.to_string())
-            .filter(|n| !used.contains(n))
-            .collect();
-        for n in unused {
-            module.weights.remove(&n);
-        }
+        drop_unused_weights(module);
     }
     Ok(folded)
 }

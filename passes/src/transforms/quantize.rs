@@ -18,6 +18,7 @@ use self::gptq::Gptq;
 use self::rtn::{Rtn, Scheme, WeightQuantizer};
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::transforms::fresh_weight_name;
 use slmcc_ir::ops::glu::{Glu, GluKind};
 use slmcc_ir::ops::qswiglu::QSwiGlu;
 
@@ -104,8 +105,14 @@ pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
 /// scale per `group` rows of `K` and output column (`group=0`: per output
 /// channel). A weight used by several matmuls (or graphs) is quantized once.
 /// `activations=f32` makes every product weight-only (`qmatmul` and
-/// `qswiglu` with `activations = "f32"`: the activations stay `f32` and
-/// multiply the dequantized weight, on the CPU).
+/// `qswiglu` with `activations = "f32"`: the activations stay unquantized
+/// and multiply the dequantized weight, on the CPU).
+///
+/// Half-precision products (`f16`/`bf16` activations and weights, from a
+/// model exported in half precision) are quantized too: the weights are
+/// widened to `f32` (exactly) first, and the `qmatmul` keeps the
+/// activations' dtype (see the op; `widen-half` later makes the cpu
+/// backend's conversions explicit).
 ///
 /// The group of a weight is `gcd(K, group)`: the requested group when it
 /// divides `K`, else the largest divisor of `K` that also divides it (for
@@ -121,7 +128,7 @@ pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
 /// the gate arithmetic ([`glu`]), which computes what `qswiglu` computes
 /// bit for bit; `glus=keep` leaves them in `f32`.
 ///
-/// Kept in `f32`: with `keep=lm-head` (the default) every matmul whose result
+/// Kept unquantized: with `keep=lm-head` (the default) every matmul whose result
 /// is a graph output (the LM head); the embedding (`gather`), norms and
 /// residual adds are not matmuls and are never touched. Original
 /// weights that no graph references any more are removed from the module,
@@ -458,11 +465,11 @@ fn count_narrowed(done: &HashMap<String, Done>, cfg: &Config) -> u64 {
     done.values().filter(narrowed).count() as u64
 }
 
-/// For a `swiglu`/`geglu` node of an `f32` operand by 2-D `f32` module
+/// For a `swiglu`/`geglu` node of a float operand by 2-D float module
 /// weights, the weights' names.
 fn glu_weights(g: &Graph, i: usize) -> Option<Vec<String>> {
     let node = &g.nodes[i];
-    if g.ty(node.inputs[0]).dtype != DType::F32 {
+    if !g.ty(node.inputs[0]).dtype.is_float() {
         return None;
     }
     node.inputs[1..]
@@ -472,14 +479,14 @@ fn glu_weights(g: &Graph, i: usize) -> Option<Vec<String>> {
                 return None;
             };
             let wt = g.ty(w);
-            let ok = wt.dtype == DType::F32 && wt.rank() == 2 && wt.shape.as_fixed().is_some();
+            let ok = wt.dtype.is_float() && wt.rank() == 2 && wt.shape.as_fixed().is_some();
             ok.then(|| name.clone())
         })
         .collect()
 }
 
 /// For a `matmul` node, the name of its second operand when that is a 2-D
-/// `f32` module weight (and the first an `f32` operand).
+/// float module weight (and the first a float operand).
 fn weight_operand(g: &Graph, i: usize) -> Option<String> {
     let node = &g.nodes[i];
     if !matches!(node.op, Op::MatMul(_)) || node.inputs.len() != 2 {
@@ -490,8 +497,8 @@ fn weight_operand(g: &Graph, i: usize) -> Option<String> {
         return None;
     };
     let (xt, wt) = (g.ty(x), g.ty(w));
-    let f32_2d = wt.dtype == DType::F32 && wt.rank() == 2 && wt.shape.as_fixed().is_some();
-    (f32_2d && xt.dtype == DType::F32).then(|| name.clone())
+    let float_2d = wt.dtype.is_float() && wt.rank() == 2 && wt.shape.as_fixed().is_some();
+    (float_2d && xt.dtype.is_float()).then(|| name.clone())
 }
 
 /// Quantizes module weight `name` and adds the results to the store.
@@ -502,6 +509,11 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
         .ok_or_else(|| {
             format!("weight @{name} has no data (quantize needs the weights file loaded)")
         })?;
+    // Half-precision weights widen exactly to f32 before quantizing.
+    let data = match data.dtype() {
+        DType::F32 => data,
+        _ => std::sync::Arc::new(data.cast(DType::F32)),
+    };
     let k = data.shape().first().copied().unwrap_or(0);
     if k == 0 {
         return Err(format!("weight @{name} has no rows"));
@@ -559,16 +571,6 @@ fn fixed_type(dtype: DType, shape: &[usize]) -> TensorType {
 }
 
 /// `base`, or `base` with a number appended if the store has that name.
-fn fresh_weight_name(store: &WeightStore, base: &str) -> String {
-    if store.get(base).is_none() {
-        return base.to_string();
-    }
-    (1..)
-        .map(|i| format!("{base}{i}"))
-        .find(|n| store.get(n).is_none())
-        .expect("an unused name")
-}
-
 /// The bytes of every module weight with a static shape.
 fn weight_bytes(store: &WeightStore) -> u64 {
     store
@@ -590,6 +592,7 @@ fn at(g: &Graph, i: usize, msg: &str) -> PassError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transforms::test_eval::run_main;
     use slmcc_ir::text::{parse_module, print_module};
     use slmcc_ir::{verify_module, EvalCtx, OpDef, Tensor};
 
@@ -723,26 +726,6 @@ mod tests {
         // K = 4 for @w: gcd(4, 6) = 2; K = 2 for @head: gcd(2, 6) = 2.
         assert_eq!(op.group, 2);
         assert_eq!(stats.get("groups-narrowed"), 2);
-    }
-
-    /// Evaluates `@main` of `m` node by node (the reference semantics).
-    fn run_main(m: &Module, inputs: &[(&str, Tensor)]) -> Vec<Tensor> {
-        let g = &m.graphs[0];
-        let mut env: HashMap<ValueId, Tensor> = HashMap::new();
-        for (id, v) in g.values() {
-            if let ValueDef::Weight(name) = &v.def {
-                env.insert(id, (*m.weights.tensor(name).unwrap().unwrap()).clone());
-            }
-        }
-        for (&id, (_, t)) in g.inputs.iter().zip(inputs) {
-            env.insert(id, t.clone());
-        }
-        for node in &g.nodes {
-            let ins: Vec<&Tensor> = node.inputs.iter().map(|i| &env[i]).collect();
-            let outs = node.op.eval(&ins, &EvalCtx::default()).unwrap();
-            env.extend(node.outputs.iter().copied().zip(outs));
-        }
-        g.outputs.iter().map(|o| env[o].clone()).collect()
     }
 
     const GLU_SRC: &str = "module @m {

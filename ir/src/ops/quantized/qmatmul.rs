@@ -48,6 +48,12 @@
 //! `q · scale`; fixing the order makes kernels reproduce it bit for bit
 //! (their lanes are output columns).
 //!
+//! Half-precision activations (`x: f16` or `bf16`, from a model exported
+//! in half precision) take the same steps on `x` converted to `f32`
+//! (exact), and the result, of `x`'s dtype, is `y` rounded once to it, as
+//! `matmul` on half operands does. The cpu backend computes such products
+//! after `widen-half` made the conversions explicit.
+//!
 //! The weights are quantized ahead of time by the `quantize` pass (see its
 //! documentation for the round-to-nearest rule); this op only consumes them.
 
@@ -156,15 +162,15 @@ impl OpDef for QMatMul {
             n,
         };
         let y = self.product(x, &[w]).remove(0);
-        Ok(vec![Tensor::from_f32(out_shape, y)])
+        Ok(vec![Tensor::from_f32(out_shape, y).cast(out_ty.dtype)])
     }
 }
 
-/// The result type `f32[..., M, N]` of activations `x: f32[..., M, K]`.
+/// The result type `T[..., M, N]` of activations `x: T[..., M, K]`.
 pub fn result_type(x: &TensorType, n: Dim) -> TensorType {
     let mut out = x.shape.dims().to_vec();
     *out.last_mut().expect("rank >= 2") = n;
-    TensorType::new(DType::F32, Shape(out))
+    TensorType::new(x.dtype, Shape(out))
 }
 
 /// A quantized weight's values (`q: [K, N]` as `i32`, stored in `layout`)
@@ -198,8 +204,8 @@ impl QMatMul {
         q: &TensorType,
         scale: &TensorType,
     ) -> Result<Dim, OpError> {
-        if x.dtype != DType::F32 || x.rank() < 2 {
-            bail!("`{op}` activations must be f32 of rank >= 2, got {x}");
+        if !x.dtype.is_float() || x.rank() < 2 {
+            bail!("`{op}` activations must be f32, f16 or bf16 of rank >= 2, got {x}");
         }
         let wdt = self.weight_dtype();
         if q.dtype != wdt || q.rank() != 2 {

@@ -15,7 +15,8 @@
 //! projection (Phi-3's `gate_up_proj`; its column count must be even).
 //! The dtype rules (`i8` for `bits = 8`, `i4` for `bits = 4`), the static
 //! `K` and the group limits are `qmatmul`'s. The result is
-//! `f32[..., M, N]`.
+//! `f32[..., M, N]` (for half-precision `x`, of `x`'s dtype: computed as
+//! below on `x` converted to `f32`, rounded once, as `qmatmul` does).
 //!
 //! Semantics, exactly (a kernel must reproduce them bit for bit):
 //!
@@ -176,7 +177,7 @@ impl OpDef for QSwiGlu {
             .zip(&gu[1])
             .map(|(&g, &u)| QSwiGlu::gate(g, u))
             .collect();
-        Ok(vec![Tensor::from_f32(out_shape, y)])
+        Ok(vec![Tensor::from_f32(out_shape, y).cast(out_ty.dtype)])
     }
 }
 
