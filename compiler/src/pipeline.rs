@@ -68,8 +68,9 @@ impl BucketSpec {
 }
 
 /// A pipeline as the driver builds it: fusion, then optionally the weights
-/// quantized, a static KV cache, bucket specialisation, memory planning and
-/// the NPU partition, in that order. [`Pipeline::text`] is the pipeline
+/// quantized and a static KV cache, then `widen-half` (always: it changes
+/// only half-precision models), then optionally bucket specialisation,
+/// weight packing, memory planning and the NPU partition, in that order. [`Pipeline::text`] is the pipeline
 /// string (what `--report` and the package record), [`Pipeline::run`] runs
 /// it with the verifier after every pass.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -93,7 +94,7 @@ pub enum PackTarget {
 }
 
 impl Pipeline {
-    /// [`FUSION_PIPELINE`] alone.
+    /// [`FUSION_PIPELINE`] and `widen-half`.
     pub fn fusion() -> Pipeline {
         Pipeline::default()
     }
@@ -161,6 +162,9 @@ impl Pipeline {
                 out.push("last-logits".to_string());
             }
         }
+        // Half-precision models: what the kernels compute in f32 becomes
+        // explicit (nothing changes in an f32 module).
+        out.push("widen-half".to_string());
         match &self.buckets {
             // The decode graph of a KV cache is bucket 1.
             Some(BucketSpec::Sizes(s)) if self.kv_cache.is_some() => {
@@ -201,7 +205,10 @@ mod tests {
 
     #[test]
     fn the_pipelines_the_driver_runs() {
-        assert_eq!(Pipeline::fusion().text(), FUSION_PIPELINE);
+        assert_eq!(
+            Pipeline::fusion().text(),
+            format!("{FUSION_PIPELINE},widen-half")
+        );
         let p = Pipeline::fusion()
             .quantized(Some(QuantizeOptions::int4(64)))
             .buckets(BucketSpec::Sizes(vec![256, 128]))
@@ -211,14 +218,17 @@ mod tests {
         assert_eq!(
             p.text(),
             format!(
-                "{FUSION_PIPELINE},quantize{{weights=int4,group=64}},\
+                "{FUSION_PIPELINE},quantize{{weights=int4,group=64}},widen-half,\
                  bucket-specialize{{buckets=128,256}},pack-weights{{target=rk3588}},\
                  plan-memory,partition{{target=rk3588}}"
             )
         );
         // Nothing to pack without quantized weights.
         let f32 = Pipeline::fusion().packed(PackTarget::Cpu).planned();
-        assert_eq!(f32.text(), format!("{FUSION_PIPELINE},plan-memory"));
+        assert_eq!(
+            f32.text(),
+            format!("{FUSION_PIPELINE},widen-half,plan-memory")
+        );
         let kv = Pipeline::fusion()
             .kv_cache(KvCacheOptions::default(), true)
             .buckets(BucketSpec::Sizes(vec![16, 64]))
@@ -226,7 +236,7 @@ mod tests {
         assert_eq!(
             kv.text(),
             format!(
-                "{FUSION_PIPELINE},kv-cache{{max-chunk=64}},last-logits,\
+                "{FUSION_PIPELINE},kv-cache{{max-chunk=64}},last-logits,widen-half,\
                  bucket-specialize{{buckets=1,16,64}},plan-memory"
             )
         );

@@ -12,6 +12,7 @@ use crate::pass::{Invalidates, Pass, PassError, Requires};
 use crate::pipeline::PipelineEntry;
 use crate::transforms::{
     bucket_specialize, kv_cache, last_logits, pack_weights, partition, plan_memory, quantize,
+    widen_half,
 };
 use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
@@ -161,6 +162,16 @@ pub static PASSES: &[PassInfo] = &[
         establishes: None,
         statistics: || vec!["graphs-rewritten", "graphs-skipped"],
         create: |o| Ok(Box::new(last_logits::LastLogits::from_options(o))),
+    },
+    PassInfo {
+        name: "widen-half",
+        summary: "f16/bf16 matmuls, norms, attention and fused ops computed in f32 between casts (bit-exact)",
+        options: widen_half::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        statistics: || widen_half::STATISTICS.to_vec(),
+        create: |o| Ok(Box::new(widen_half::WidenHalf::from_options(o))),
     },
     PassInfo {
         name: "bucket-specialize",

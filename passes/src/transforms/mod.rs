@@ -15,6 +15,7 @@ pub mod plan_memory;
 pub mod quantize;
 pub mod shape_infer;
 pub mod verify;
+pub mod widen_half;
 
 use std::collections::HashSet;
 
