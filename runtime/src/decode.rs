@@ -201,6 +201,8 @@ pub struct Decoder {
     cache: CacheShape,
     pos: i64,
     vocab: usize,
+    /// The dtype the graphs write their logits in.
+    logits_dtype: DType,
     logits: Vec<f32>,
 }
 
@@ -211,19 +213,32 @@ fn input_index(g: &Graph, name: &str) -> Result<usize, DecodeError> {
         .ok_or_else(|| DecodeError::Graph(format!("graph @{} has no input %{name}", g.name)))
 }
 
-/// The vocabulary size: the last dim of the first output (`logits`).
-fn vocab_of(g: &Graph) -> Result<usize, DecodeError> {
+/// The vocabulary size, the last dim of the first output (`logits`), and
+/// the logits' dtype (`f32`, or `f16`/`bf16` from a half-precision model).
+fn vocab_of(g: &Graph) -> Result<(usize, DType), DecodeError> {
     let ty = g
         .outputs
         .first()
         .map(|&v| g.ty(v))
         .ok_or_else(|| DecodeError::Graph(format!("graph @{} has no outputs", g.name)))?;
     match (ty.dtype, ty.shape.dims().last().and_then(|d| d.as_fixed())) {
-        (DType::F32, Some(v)) if ty.rank() == 3 => Ok(v as usize),
+        (d, Some(v)) if ty.rank() == 3 && d.is_float() => Ok((v as usize, d)),
         _ => Err(DecodeError::Graph(format!(
-            "graph @{}: the first output must be f32 logits [1, seq, vocab], got {ty}",
+            "graph @{}: the first output must be float logits [1, seq, vocab], got {ty}",
             g.name
         ))),
+    }
+}
+
+/// Little-endian logits of `dtype` (a float type) into `out`, as `f32`.
+fn read_logits(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    let n = dtype.bytes_for(1);
+    for (dst, src) in out.iter_mut().zip(bytes.chunks_exact(n)) {
+        *dst = match dtype {
+            DType::F16 => half::f16::from_le_bytes([src[0], src[1]]).to_f32(),
+            DType::BF16 => half::bf16::from_le_bytes([src[0], src[1]]).to_f32(),
+            _ => f32::from_le_bytes(src.try_into().expect("4 bytes")),
+        };
     }
 }
 
@@ -236,7 +251,7 @@ impl Decoder {
         let cache = CacheShape::of(g)?;
         input_index(g, INPUT_IDS)?;
         input_index(g, CACHE_POS)?;
-        let vocab = vocab_of(g)?;
+        let (vocab, logits_dtype) = vocab_of(g)?;
         let mut caches = Vec::new();
         for &v in &g.inputs {
             let val = g.value(v);
@@ -269,6 +284,7 @@ impl Decoder {
             cache,
             pos: 0,
             vocab,
+            logits_dtype,
             logits: vec![0.0; vocab],
         })
     }
@@ -284,7 +300,7 @@ impl Decoder {
         let mut sorted = graphs.to_vec();
         sorted.sort_by_key(|(_, size)| *size);
         let mut buckets: Vec<Bucket> = Vec::new();
-        let mut shape: Option<(CacheShape, usize)> = None;
+        let mut shape: Option<(CacheShape, (usize, DType))> = None;
         for (name, size) in sorted {
             let g = module
                 .graph(&name)
@@ -311,7 +327,7 @@ impl Decoder {
                 row: input_index(g, LOGITS_ROW).ok(),
             });
         }
-        let Some((cache, vocab)) = shape else {
+        let Some((cache, (vocab, logits_dtype))) = shape else {
             return Err(DecodeError::Graph("no bucket graphs to decode with".into()));
         };
         Ok(Decoder {
@@ -319,6 +335,7 @@ impl Decoder {
             cache,
             pos: 0,
             vocab,
+            logits_dtype,
             logits: vec![0.0; vocab],
         })
     }
@@ -455,10 +472,9 @@ impl Decoder {
                 }
                 b.exec.run()?;
                 let at = if b.row.is_some() { 0 } else { last };
-                let row = &b.exec.output(0)[at * vocab * 4..][..vocab * 4];
-                for (dst, src) in self.logits.iter_mut().zip(row.chunks_exact(4)) {
-                    *dst = f32::from_le_bytes(src.try_into().expect("4 bytes"));
-                }
+                let width = self.logits_dtype.bytes_for(vocab);
+                let row = &b.exec.output(0)[at * width..][..width];
+                read_logits(self.logits_dtype, row, &mut self.logits);
             }
         }
         self.pos += ids.len() as i64;

@@ -65,7 +65,9 @@ pub fn cache_names(l: usize, which: &str) -> (String, String) {
 /// - adds the input `%cache_pos : i64[]`, the absolute position of the
 ///   step's first token, and per attention `l` the inputs `%past.l.key`,
 ///   `%past.l.value` (`[b, kv_heads, C, head_dim]`, `C` = `max-context`,
-///   or `sinks + window` with a window; `dtype`); a layer whose attention
+///   or `sinks + window` with a window; `dtype`, except that `f16` keys
+///   and values, from a half-precision model, always get an `f16` cache:
+///   wider slots would hold the same values); a layer whose attention
 ///   has the model's own sliding window `w` (Mistral, Gemma 2's local
 ///   layers) gets a ring of `w + max-chunk - 1` slots when that is smaller,
 ///   and its `kv_mask` keeps only the last `w` positions (`span = w`);
@@ -365,6 +367,10 @@ fn rewrite_graph(
                             .map_err(|e| failed("kv-cache", format!("graph @{}: {e}", g.name)))?;
                     }
                 }
+                let dtype = match g.ty(k).dtype {
+                    DType::F16 => DType::F16,
+                    _ => dtype,
+                };
                 let kc = write_cache(g, l, "key", k, pos, capacity, dtype, layout)?;
                 let vc = write_cache(g, l, "value", v, pos, capacity, dtype, layout)?;
                 match &replaced {

@@ -6,8 +6,11 @@
 //!
 //! The additive form is `where(keep, 0, m)` with `m` at most `-1e30`
 //! (`finfo.min` or `-inf`: either way the masked scores' softmax weight is
-//! exactly zero, and a causal row always keeps its diagonal); the boolean
-//! form is `keep` itself. What `keep` computes over the `[.., s, t]` scores
+//! exactly zero, and a causal row always keeps its diagonal), or, for an
+//! `f16` mask, `m = -65504` (`finfo(float16).min`, what half-precision
+//! exports write: attention adds it in `f32`, and the masked weight
+//! `exp(s - 65504 - max)` is zero unless one row's scores span more than
+//! 65000); the boolean form is `keep` itself. What `keep` computes over the `[.., s, t]` scores
 //! is proved from its [`IndexFn`] piece by piece
 //! ([`crate::eqsat::index_fn::classify`]), so the exporters' masks built
 //! from `range`, `gather_nd`, `cum_sum`, comparisons and `and` qualify, and
@@ -34,10 +37,17 @@ pub fn rules() -> Vec<Rewrite> {
     ]
 }
 
-/// Condition: adding `?v` zeroes a softmax weight.
+/// Condition: adding `?v` zeroes a softmax weight: at most `-1e30`, or
+/// the lowest finite `f16` for an `f16` mask.
 fn masks_out(v: &str) -> impl Fn(&mut EGraph, Id, &Subst) -> bool {
     let v = var(v);
-    move |eg, _, s| splat(eg, s[v]).is_some_and(|m| m <= -1e30)
+    move |eg, _, s| {
+        let limit = match ty(eg, s[v]).map(|t| t.dtype) {
+            Some(DType::F16) => -65504.0,
+            _ => -1e30,
+        };
+        splat(eg, s[v]).is_some_and(|m| m <= limit)
+    }
 }
 
 /// The attention without its mask operand and with the attributes that
@@ -92,6 +102,24 @@ mod tests {
             &attention(KEEP),
             "(attention 4 0.25 true 0 0.0 %q %k %v)",
         );
+    }
+
+    #[test]
+    fn a_half_precision_export_masks_with_the_lowest_f16() {
+        const H: &str = "%q: f16[1, 4, seq, 16], %k: f16[1, 4, seq, 16], %v: f16[1, 4, seq, 16]";
+        let half = |m: &str| {
+            format!(
+                "(attention 4 0.25 false 0 0.0 %q %k %v (where {KEEP} (constant f16[]=0.0) (constant f16[]={m})))"
+            )
+        };
+        assert_rewrites(
+            &fusion(),
+            H,
+            &half("-65504.0"),
+            "(attention 4 0.25 true 0 0.0 %q %k %v)",
+        );
+        // A finite penalty that leaves the masked keys a weight is kept.
+        assert_rewrites(&fusion(), H, &half("-1000.0"), &half("-1000.0"));
     }
 
     #[test]
