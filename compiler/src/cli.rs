@@ -469,7 +469,7 @@ pub struct CompileArgs {
 const COMPILE_AFTER_HELP: &str = "\
 Pipeline:
   By default
-    shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,
+    shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,widen-half,
     bucket-specialize{buckets=B},plan-memory
   where B is --buckets (default 128,256,512), or profile=FILE,max-buckets=K
   from --bucket-profile.
@@ -716,8 +716,8 @@ Shapes:
   With --buckets B (e.g. 64,128), the model is specialised to each bucket
   first; the input is padded at the end of its seq axis up to the smallest
   bucket that holds it (token id 0; attention_mask with 0) and the outputs
-  are sliced back to its length. On cpu the pipeline is
-    const-fold,dce,bucket-specialize{buckets=B},plan-memory
+  are sliced back to its length. On cpu the pipeline is the fusion
+  pipeline and widen-half, then bucket-specialize{buckets=B},plan-memory,
   and that bucket runs inside its planned arena: its regions are allocated
   and its kernels compiled once at load, and the step itself allocates
   nothing. On reference the fusion pipeline runs, then bucket-specialize.
@@ -816,8 +816,8 @@ Input:
   A package (.slmpkg, from slmcc compile) is verified and reported with its
   sizes and digests, version set, options and kernels, then its plans.
   A .slm module that already holds memory plans is reported as it is.
-  Anything else (.onnx, or .slm without plans) is planned first with
-    const-fold,dce,bucket-specialize{buckets=B},plan-memory
+  Anything else (.onnx, or .slm without plans) is planned first with the
+  fusion pipeline, widen-half and bucket-specialize{buckets=B},plan-memory,
   where B is --buckets (default 128,256,512).
 
 Output, per planned graph (one per bucket): the bucket, steps and tensors,

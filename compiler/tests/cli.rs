@@ -366,7 +366,7 @@ fn run_on_the_cpu_backend_names_the_first_unsupported_node() {
     let model = dir.join("m.slm");
     std::fs::write(
         &model,
-        "module @m {\n  graph @main(%x: f32[seq]) -> (f16[seq]) {\n    %e = exp %x : f32[seq]\n    %h = cast %e {to = f16} : f16[seq]\n    %j = add %h, %h : f16[seq]\n    %c = softmax %j {axis = 0} : f16[seq]\n    return %c\n  }\n}\n",
+        "module @m {\n  graph @main(%x: f32[seq]) -> (f32[seq]) {\n    %e = exp %x : f32[seq]\n    %h = cast %e {to = f16} : f16[seq]\n    %j = add %h, %h : f16[seq]\n    %q = cast %j {to = i4} : i4[seq]\n    %c = cast %q {to = f32} : f32[seq]\n    return %c\n  }\n}\n",
     )
     .unwrap();
     let input = dir.join("x.npy");
@@ -382,7 +382,7 @@ fn run_on_the_cpu_backend_names_the_first_unsupported_node() {
             "--input",
             &spec,
         ],
-        "node %c (`softmax`): cpu backend: op `softmax` on f16 is not supported by the cpu backend yet",
+        "node %q (`cast`): cpu backend: op `cast` from f16 to i4 is not supported by the cpu backend yet",
     );
 }
 
