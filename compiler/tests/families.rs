@@ -20,7 +20,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{repo, slmcc, stderr, stdout};
+use common::{generate_tokens, repo, slmcc, stderr, stdout};
 use slmcc::fusion::{fuse_and_summarize, FusionSummary};
 use slmcc_ir::Tensor;
 use slmcc_runtime::npy;
@@ -253,29 +253,9 @@ fn golden(family: &str) -> Golden {
     }
 }
 
-fn ids(v: &[i64]) -> String {
-    v.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// `slmcc generate MODEL --prompt-ids .. --max-new-tokens 64 [extra]`'s tokens.
+/// The 64 tokens `slmcc generate MODEL [extra]` continues `prompt` with.
 fn generate(model: &Path, prompt: &[i64], extra: &[&str]) -> Vec<i64> {
-    let prompt = ids(prompt);
-    let mut args = vec![
-        "generate",
-        model.to_str().unwrap(),
-        "--prompt-ids",
-        &prompt,
-        "--max-new-tokens",
-        "64",
-        "--quiet",
-    ];
-    args.extend_from_slice(extra);
-    let o = slmcc(&args);
-    assert!(o.status.success(), "{}: {}", model.display(), stderr(&o));
-    stdout(&o)
-        .split_whitespace()
-        .map(|t| t.parse().unwrap())
-        .collect()
+    generate_tokens(model, prompt, 64, extra)
 }
 
 fn tempdir() -> PathBuf {

@@ -84,3 +84,32 @@ pub fn tokens(n: usize, vocab: u64, seed: u64) -> Vec<i64> {
         })
         .collect()
 }
+
+/// The greedy tokens `slmcc generate MODEL --prompt-ids .. --max-new-tokens
+/// N --quiet [extra]` prints, parsed.
+pub fn generate_tokens(
+    model: &Path,
+    prompt: &[i64],
+    new_tokens: usize,
+    extra: &[&str],
+) -> Vec<i64> {
+    let ids: Vec<String> = prompt.iter().map(i64::to_string).collect();
+    let ids = ids.join(",");
+    let n = new_tokens.to_string();
+    let mut args = vec![
+        "generate",
+        model.to_str().expect("a UTF-8 path"),
+        "--prompt-ids",
+        &ids,
+        "--max-new-tokens",
+        &n,
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    let o = slmcc(&args);
+    assert!(o.status.success(), "{}: {}", model.display(), stderr(&o));
+    stdout(&o)
+        .split_whitespace()
+        .map(|t| t.parse().expect("a token id"))
+        .collect()
+}
