@@ -399,11 +399,18 @@ proptest! {
     #![proptest_config(config())]
 
     /// Up to one tile of keys: bit-exact in the reference's order; with
-    /// `fast_math` and FMA within 1e-5 (the goldens' measure).
+    /// `fast_math` and FMA within 1e-5 (the goldens' measure). The same
+    /// with keys and values in `f16` or `bf16`, read as stored.
     #[test]
     fn attention_one_tile(seed: u64) {
         let mut rng = Lcg(seed);
-        let (op, operands) = attention_case(&mut rng, 12);
+        let (op, mut operands) = attention_case(&mut rng, 12);
+        check(op, &operands, Expect::Exact);
+        check_with(op, &operands, Expect::Rel(1e-5), CpuOptions::default());
+        let half = if rng.below(2) == 0 { DType::F16 } else { DType::BF16 };
+        for (t, _) in &mut operands[1..3] {
+            *t = t.cast(half);
+        }
         check(op, &operands, Expect::Exact);
         check_with(op, &operands, Expect::Rel(1e-5), CpuOptions::default());
     }
@@ -697,6 +704,33 @@ fn gather_index_out_of_range_is_an_error_not_a_crash() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("index out of range"), "{e}");
+}
+
+/// Every `f16` and `bf16` bit pattern (zeros, subnormals, normals,
+/// infinities, NaNs with their payloads) widens to the reference's `f32`
+/// bits, in vectors and in the scalar tail.
+#[test]
+fn every_half_bit_pattern_widens_exactly() {
+    let bytes: Vec<u8> = (0..=u16::MAX)
+        .chain([0x3c00])
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    for dtype in [DType::F16, DType::BF16] {
+        let x = Tensor::from_le_bytes(dtype, vec![65537], &bytes).unwrap();
+        let want = x.cast(DType::F32).to_le_bytes();
+        for options in [CpuOptions::exact(), CpuOptions::default()] {
+            let got = run_jit(
+                &Op::Cast(Cast { to: DType::F32 }),
+                &[(x.clone(), Input)],
+                options,
+            )
+            .unwrap();
+            let got = got[0].to_le_bytes();
+            for (i, (g, w)) in got.chunks(4).zip(want.chunks(4)).enumerate() {
+                assert_eq!(g, w, "{dtype} bits {i:#06x}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -179,29 +179,28 @@ fn f32_to_bits(kb: &mut KernelBuilder, x: Value, w: Width) -> Value {
 }
 
 /// `f16` bit patterns (in `i32` lanes) to `f32`, exactly.
+///
+/// The exponent and mantissa bits shifted into `f32` position read as the
+/// half's magnitude times `2^-112` (a subnormal `f32` for a subnormal
+/// half), so one exact multiplication by `2^112` rebiases normals and
+/// subnormals alike. Infinities and NaNs (exponent 31) get exponent 255
+/// instead, NaNs also the quiet bit.
 pub fn f16_to_f32(kb: &mut KernelBuilder, h: Value, w: Width) -> Value {
     let em = and(kb, h, 0x7fff, w);
-    let s = and(kb, h, 0x8000, w);
-    let sign = shl(kb, s, 16);
     let o = shl(kb, em, 13);
-    // Normal numbers: rebias the exponent from 15 to 127.
-    let normal = add(kb, o, (127 - 15) << 23, w);
-    // Infinities and NaNs: exponent 31 becomes 255; NaNs become quiet.
+    let f = bits_to_f32(kb, o, w);
+    let rebias = kb.f32c(f32::from_bits((127 + 112) << 23), w);
+    let f = kb.b.ins().fmul(f, rebias);
+    let finite = f32_to_bits(kb, f, w);
     let special = add(kb, o, (255 - 31) << 23, w);
     let quiet = c32(kb, 0x0040_0000, w);
     let quiet = kb.b.ins().bor(special, quiet);
     let is_nan = cmp(kb, IntCC::UnsignedGreaterThan, em, 0x7c00, w);
     let special = pick(kb, is_nan, quiet, special, w);
-    // Subnormals (and zero): `m · 2^-24`, as `(1 + m/1024) · 2^-14 - 2^-14`.
-    let magic = c32(kb, 113 << 23, w);
-    let biased = kb.b.ins().iadd(o, magic);
-    let (a, m) = (bits_to_f32(kb, biased, w), bits_to_f32(kb, magic, w));
-    let d = kb.b.ins().fsub(a, m);
-    let sub = f32_to_bits(kb, d, w);
     let is_special = cmp(kb, IntCC::UnsignedGreaterThanOrEqual, em, 0x7c00, w);
-    let is_sub = cmp(kb, IntCC::UnsignedLessThan, em, 0x0400, w);
-    let r = pick(kb, is_special, special, normal, w);
-    let r = pick(kb, is_sub, sub, r, w);
+    let r = pick(kb, is_special, special, finite, w);
+    let s = and(kb, h, 0x8000, w);
+    let sign = shl(kb, s, 16);
     let r = kb.b.ins().bor(r, sign);
     bits_to_f32(kb, r, w)
 }
