@@ -438,7 +438,8 @@ fn attention_under_the_cache_mask() {
 /// A prefill of 5 tokens, then decode steps, each a graph of `kv_write`
 /// (keys and values), `kv_mask` and `attention`, the written caches fed
 /// back as the next step's: equal to the reference step by step, f32 and
-/// f16 caches, with and without a ring.
+/// f16 caches (attention reading the f16 one as stored), with and without
+/// a ring.
 #[test]
 fn prefill_then_decode_steps() {
     for (dt, sinks, window, cap) in [
@@ -459,9 +460,7 @@ fn prefill_then_decode_steps() {
     %kc = kv_write %pk, %k, %pos{attrs} : {dt}[1, 2, {cap}, 8]
     %vc = kv_write %pv, %v, %pos{attrs} : {dt}[1, 2, {cap}, 8]
     %m = kv_mask %kc, %k, %pos{attrs} : bool[1, 1, {s}, {cap}]
-    %kf = cast %kc {{to = f32}} : f32[1, 2, {cap}, 8]
-    %vf = cast %vc {{to = f32}} : f32[1, 2, {cap}, 8]
-    %o = attention %q, %kf, %vf, %m {{kv_heads = 2, scale = 0.35}} : f32[1, 4, {s}, 8]
+    %o = attention %q, %kc, %vc, %m {{kv_heads = 2, scale = 0.35}} : f32[1, 4, {s}, 8]
     return %o, %kc, %vc
   }}
 }}"#

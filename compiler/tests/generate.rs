@@ -391,3 +391,54 @@ fn profile_reports_ops_phases_and_memory() {
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(stderr(&refused).contains("--profile times kernels"));
 }
+
+/// The bytes that `--profile` reports for one op kind (its "MB moved"
+/// column), or 0 when no such row is printed.
+fn profiled_mb(err: &str, op: &str) -> f64 {
+    err.lines()
+        .find(|l| l.split_whitespace().next() == Some(op))
+        .map_or(0.0, |l| {
+            l.split_whitespace().nth(4).unwrap().parse().unwrap()
+        })
+}
+
+/// `--kv-dtype f16`: attention reads the cache as stored, so it moves half
+/// the bytes of an `f32` cache, no `cast` converts the cache at each step,
+/// and the tokens are those of the `f32` cache on this model.
+#[test]
+fn an_f16_cache_is_read_as_stored() {
+    let model = repo().join("testdata/models/llama.onnx");
+    let generate = |dtype: &str| {
+        let o = slmcc(&[
+            "generate",
+            model.to_str().unwrap(),
+            "--prompt-ids",
+            "3,1,4,1,5",
+            "--max-new-tokens",
+            "24",
+            "--max-context",
+            "256",
+            "--kv-dtype",
+            dtype,
+            "--profile",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (stdout(&o), stderr(&o))
+    };
+    let (f32_tokens, f32_profile) = generate("f32");
+    let (f16_tokens, f16_profile) = generate("f16");
+    assert_eq!(f16_tokens, f32_tokens);
+    let (wide, half) = (
+        profiled_mb(&f32_profile, "attention"),
+        profiled_mb(&f16_profile, "attention"),
+    );
+    assert!(
+        wide > 0.0 && (half / wide - 0.5).abs() < 0.02,
+        "attention MB: f32 {wide}, f16 {half}"
+    );
+    let casts = profiled_mb(&f16_profile, "cast");
+    assert!(
+        casts < 0.01 * half,
+        "cast MB {casts} beside attention {half}:\n{f16_profile}"
+    );
+}

@@ -4,7 +4,6 @@
 
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
-use slmcc_ir::ops::cast::Cast;
 use slmcc_ir::ops::kv_cache::{KvLayout, KvMask, KvWrite};
 use slmcc_ir::{DType, Dim, Graph, Module, Node, Op, Shape, TensorType, ValueId};
 
@@ -74,8 +73,9 @@ pub fn cache_names(l: usize, which: &str) -> (String, String) {
 /// - writes the step's keys and values into them (`kv_write`), appends
 ///   the written caches as the outputs `%present.l.key`/`%present.l.value`
 ///   (after the existing outputs), and makes the attention read the cache
-///   under `kv_mask` (its `causal` flag replaced by the mask; an `f16`
-///   cache is cast to the attention's dtype first);
+///   under `kv_mask` (its `causal` flag replaced by the mask; the
+///   attention reads an `f16` cache as it is stored, with no conversion
+///   of the whole cache per step);
 /// - shifts every `range` of length `symbol` (the position ids that RoPE
 ///   tables and position embeddings are built from) by `%cache_pos`, so
 ///   positions continue from the cache.
@@ -391,23 +391,12 @@ fn rewrite_graph(
                 );
                 let name = g.fresh_name(&format!("kv_mask.{l}"));
                 let mask = add1(g, KvMask { layout }, vec![kc, k, pos], name, mask_ty)?;
-                let compute = g.ty(k).dtype;
-                let read = |g: &mut Graph, c: ValueId, which: &str| {
-                    if dtype == compute {
-                        return Ok(c);
-                    }
-                    let mut ty = g.ty(c).clone();
-                    ty.dtype = compute;
-                    let name = g.fresh_name(&format!("past.{l}.{which}.{compute}"));
-                    add1(g, Cast { to: compute }, vec![c], name, ty)
-                };
-                let (kr, vr) = (read(g, kc, "key")?, read(g, vc, "value")?);
                 node.op = Op::Attention(Attention {
                     causal: false,
                     window: 0,
                     ..a
                 });
-                node.inputs = vec![node.inputs[0], kr, vr, mask];
+                node.inputs = vec![node.inputs[0], kc, vc, mask];
                 g.nodes.push(node);
             }
             _ => g.nodes.push(node),

@@ -36,7 +36,8 @@ pub const STATISTICS: &[&str] = &["nodes-widened", "casts-added", "weights-widen
 /// `slice`, `concat`, `gather`, `kv_write`, ...), into the same op on
 /// `f32`:
 ///
-/// - each half operand is converted: a module weight whose data is loaded
+/// - each half operand is converted, except `attention`'s keys and values,
+///   which it reads as stored: a module weight whose data is loaded
 ///   becomes the weight `@name.f32`, converted once here (so a step does not
 ///   convert it again; the original weight leaves the store when no graph
 ///   reads it any more); any other value gets one `cast {to = f32}` per
@@ -142,6 +143,13 @@ fn stays_half(op: &Op) -> bool {
     )
 }
 
+/// Operands that a widened node reads in their half type: `attention`'s
+/// keys and values (`k`, `v`: its kernels convert them as they load, so
+/// a half KV cache is not converted whole at every step).
+fn read_as_stored(op: &Op, operand: usize) -> bool {
+    matches!(op, Op::Attention(_)) && matches!(operand, 1 | 2)
+}
+
 /// The rewrite of one graph.
 struct Widen<'a> {
     g: &'a mut Graph,
@@ -160,6 +168,9 @@ impl Widen<'_> {
             let half = node
                 .inputs
                 .iter()
+                .enumerate()
+                .filter(|&(i, _)| !read_as_stored(&node.op, i))
+                .map(|(_, v)| v)
                 .chain(&node.outputs)
                 .any(|&v| is_half(g.ty(v).dtype));
             if !half || stays_half(&node.op) {
@@ -182,10 +193,13 @@ impl Widen<'_> {
         let inputs = node
             .inputs
             .iter()
-            .map(|&v| match is_half(self.g.ty(v).dtype) {
-                true => self.wide(v),
-                false => Ok(v),
-            })
+            .enumerate()
+            .map(
+                |(i, &v)| match is_half(self.g.ty(v).dtype) && !read_as_stored(&node.op, i) {
+                    true => self.wide(v),
+                    false => Ok(v),
+                },
+            )
             .collect::<Result<Vec<_>, _>>()?;
         let results = node
             .outputs

@@ -1,4 +1,6 @@
-//! `attention` (`f32`): grouped-query attention with the causal /
+//! `attention` (`f32` queries; keys and values `f32`, or `f16`/`bf16` as a
+//! half KV cache stores them, widened exactly as they are loaded):
+//! grouped-query attention with the causal /
 //! sliding-window key range, soft-capping and an optional float (additive)
 //! or bool (keep) mask, as `slmcc_ir::ops::attention` defines it.
 //!
@@ -38,6 +40,7 @@ use cranelift_frontend::Variable;
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::DType;
 
+use super::dtype;
 use super::row::{each, exp_sum, row_max};
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, KernelBuilder, Ptr, Width};
@@ -63,6 +66,9 @@ struct Plan {
     t: usize,
     d: usize,
     dv: usize,
+    /// The keys' and values' dtype, and its bytes per element.
+    kv: DType,
+    kv_bytes: i64,
     /// The mask: bool or not, and its strides over `[b, hq, s, t]`.
     mask: Option<(bool, Vec<i64>)>,
 }
@@ -99,6 +105,13 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
     let [b, hq, s, d] = q.shape[..] else {
         return Err(unsupported("attention", "with q not of rank 4"));
     };
+    let kv = sig.inputs[1].dtype;
+    if !matches!(kv, DType::F32 | DType::F16 | DType::BF16) || sig.inputs[2].dtype != kv {
+        return Err(unsupported(
+            "attention",
+            format!("with k and v of {} and {}", kv, sig.inputs[2].dtype),
+        ));
+    }
     let (hkv, t) = (sig.inputs[1].shape[1], sig.inputs[1].shape[2]);
     let dv = sig.inputs[2].shape[3];
     let mask = sig.inputs.get(3).map(|m| {
@@ -114,6 +127,8 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
         t,
         d,
         dv,
+        kv,
+        kv_bytes: (kv.bits() / 8) as i64,
         mask,
     };
     let tile = t.min(TILE);
@@ -132,8 +147,8 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
             // Query head h = kvh · group + g.
             let hn = kb.b.ins().imul_imm_s(n, hkv_i);
             let hn = kb.b.ins().iadd(hn, kvh);
-            let k_head = kb.index(kbuf, hn, t_i * d_i * 4);
-            let v_head = kb.index(vb, hn, t_i * dv_i * 4);
+            let k_head = kb.index(kbuf, hn, t_i * d_i * plan.kv_bytes);
+            let v_head = kb.index(vb, hn, t_i * dv_i * plan.kv_bytes);
             kb.for_n(plan.group, |kb, g| {
                 let h = kb.b.ins().imul_imm_s(kvh, group);
                 let h = kb.b.ins().iadd(h, g);
@@ -182,9 +197,9 @@ fn scores(
     let zero = kb.iconst(0);
     kb.for_range(zero, len, 1, |kb, jj| {
         let j = kb.b.ins().iadd(j0, jj);
-        let krow = kb.index(row.k, j, (d * 4) as i64);
+        let krow = kb.index(row.k, j, d as i64 * plan.kv_bytes);
         let dot = if fast {
-            dot_fast(kb, row.q, krow, d)
+            dot_fast(kb, plan, row.q, krow)?
         } else {
             let var = kb.b.declare_var(types::F32);
             let z = kb.b.ins().f32const(-0.0);
@@ -192,8 +207,8 @@ fn scores(
             kb.for_n(d, |kb, c| {
                 let qx = kb.index(row.q, c, 4);
                 let a = kb.load(types::F32, ptr(qx), Width::Scalar);
-                let kx = kb.index(krow, c, 4);
-                let bv = kb.load(types::F32, ptr(kx), Width::Scalar);
+                let kx = kb.index(krow, c, plan.kv_bytes);
+                let bv = dtype::load(kb, plan.kv, ptr(kx), Width::Scalar)?;
                 let p = kb.b.ins().fmul(a, bv);
                 let acc = kb.b.use_var(var);
                 let acc = kb.b.ins().fadd(acc, p);
@@ -231,14 +246,15 @@ fn scores(
 
 /// `q · k` over `d` channels in `f32x4` partial sums (two accumulators),
 /// then the scalar tail.
-fn dot_fast(kb: &mut KernelBuilder, q: Value, k: Value, d: usize) -> Value {
+fn dot_fast(kb: &mut KernelBuilder, plan: &Plan, q: Value, k: Value) -> Result<Value, CpuError> {
+    let (d, kvb) = (plan.d, plan.kv_bytes);
     let w = Width::Vector(4);
     let mut accs = [kb.f32c(0.0, w), kb.f32c(0.0, w)];
     for c in 0..d / 4 {
         let qa = kb.offset(q, (16 * c) as i64);
-        let ka = kb.offset(k, (16 * c) as i64);
+        let ka = kb.offset(k, 4 * kvb * c as i64);
         let x = kb.load(types::F32, ptr(qa), w);
-        let y = kb.load(types::F32, ptr(ka), w);
+        let y = dtype::load(kb, plan.kv, ptr(ka), w)?;
         let a = accs[c % 2];
         accs[c % 2] = if kb.fma {
             kb.b.ins().fma(x, y, a)
@@ -251,13 +267,13 @@ fn dot_fast(kb: &mut KernelBuilder, q: Value, k: Value, d: usize) -> Value {
     let mut sum = vmath::hsum(kb, v);
     for c in d / 4 * 4..d {
         let qa = kb.offset(q, (4 * c) as i64);
-        let ka = kb.offset(k, (4 * c) as i64);
+        let ka = kb.offset(k, kvb * c as i64);
         let x = kb.load(types::F32, ptr(qa), Width::Scalar);
-        let y = kb.load(types::F32, ptr(ka), Width::Scalar);
+        let y = dtype::load(kb, plan.kv, ptr(ka), Width::Scalar)?;
         let p = kb.b.ins().fmul(x, y);
         sum = kb.b.ins().fadd(sum, p);
     }
-    sum
+    Ok(sum)
 }
 
 /// `out[c] = out[c] · alpha + Σ_j buf[j] · v[j0 + j, c]` over `len` keys,
@@ -297,10 +313,10 @@ fn accumulate_pv(
             let pa = kb.index(buf, jj, 4);
             let p = kb.load(types::F32, ptr(pa), Width::Scalar);
             let j = kb.b.ins().iadd(j0, jj);
-            let vrow = kb.index(row.v, j, dv * 4);
+            let vrow = kb.index(row.v, j, dv * plan.kv_bytes);
             for (&(c, w), &var) in block.iter().zip(&vars) {
-                let va = kb.offset(vrow, (4 * c) as i64);
-                let x = kb.load(types::F32, ptr(va), w);
+                let va = kb.offset(vrow, plan.kv_bytes * c as i64);
+                let x = dtype::load(kb, plan.kv, ptr(va), w)?;
                 let ps = kb.splat(p, w);
                 let acc = kb.b.use_var(var);
                 let next = if fast_fma {

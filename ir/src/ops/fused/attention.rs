@@ -12,8 +12,10 @@
 //! when not at their default.
 //!
 //! Shapes: `q` is `[b, hq, s, d]`, `k` is `[b, hkv, t, d]`, `v` is
-//! `[b, hkv, t, dv]`, the result `[b, hq, s, dv]`. `q`, `k`, `v` share one
-//! float dtype, which the result has. `b`, `s`, `t` (and the others) may be
+//! `[b, hkv, t, dv]`, the result `[b, hq, s, dv]`. `q`, `k` and `v` are
+//! floats and the result has `q`'s dtype; `k` and `v` share one dtype,
+//! which may differ from `q`'s (an `f32` query over an `f16` KV cache,
+//! read as it is stored: every operand is converted exactly to `f32`). `b`, `s`, `t` (and the others) may be
 //! symbolic; equal dims must be equal expressions. `hkv` must equal
 //! `kv_heads`, and `hq` must be a multiple of it (provably, for a symbolic
 //! `hq`). The optional `mask` is `bool` or `q`'s dtype, of rank <= 4, and
@@ -136,8 +138,8 @@ impl OpDef for Attention {
         check_arity("attention", inputs.len(), 3, 4)?;
         self.check_attrs()?;
         let (q, k, v) = (&inputs[0].ty, &inputs[1].ty, &inputs[2].ty);
-        if !q.dtype.is_float() || k.dtype != q.dtype || v.dtype != q.dtype {
-            bail!("`attention` needs q, k, v of one float dtype, got {q}, {k}, {v}");
+        if !q.dtype.is_float() || !k.dtype.is_float() || v.dtype != k.dtype {
+            bail!("`attention` needs float q, and k and v of one float dtype, got {q}, {k}, {v}");
         }
         let (qd, kd, vd) = (rank4("q", q)?, rank4("k", k)?, rank4("v", v)?);
         let (b, hq, s, d) = (&qd[0], &qd[1], &qd[2], &qd[3]);
@@ -466,6 +468,12 @@ mod tests {
         let m = Tensor::from_f32(vec![4, 4], vec![0.0; 16]);
         assert!(eval(&op, &[&h(&q), &h(&k), &h(&v), &m]).is_err());
         assert!(eval(&op, &[&h(&q), &h(&k), &h(&v), &h(&m)]).is_ok());
+        // An f32 query over half keys and values (a KV cache read as it
+        // is stored) is the attention of their exact f32 values.
+        let r = eval_checked(&op, &[&q, &h(&k), &h(&v)]);
+        assert_eq!(r[0].dtype(), DType::F32);
+        let want = eval_checked(&op, &[&q, &f(&k), &f(&v)]);
+        assert_eq!(r[0].to_f32_vec(), want[0].to_f32_vec());
     }
 
     #[test]
@@ -522,8 +530,11 @@ mod tests {
         assert!(err(&[&q, &kd, &k]).contains("head dim"));
         let k3 = fact(DType::F32, vec![d(2), sym("t"), d(64)]);
         assert!(err(&[&q, &k3, &k]).contains("rank 4"));
+        // k and v may be half with an f32 q, but not of two dtypes.
         let k16 = fact(DType::F16, vec![d(1), d(2), sym("t"), d(64)]);
-        assert!(err(&[&q, &k16, &k16]).contains("dtype"));
+        assert!(err(&[&q, &k16, &k]).contains("dtype"));
+        let ki = fact(DType::I8, vec![d(1), d(2), sym("t"), d(64)]);
+        assert!(err(&[&q, &ki, &ki]).contains("float"));
         let qi = fact(DType::I64, vec![d(1), d(8), sym("seq"), d(64)]);
         assert!(err(&[&qi, &k, &k]).contains("float"));
         // Masks: wrong dtype, not broadcastable, bidirectional, too high rank.
