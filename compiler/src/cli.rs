@@ -666,7 +666,8 @@ pub struct KvArgs {
     /// With --kv-window: keep the first S tokens for good.
     #[arg(long, value_name = "S", default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
     pub kv_sinks: i64,
-    /// The cache's element type.
+    /// The cache's element type (f16: half the cache memory and bytes
+    /// read; attention widens each element as it loads it).
     #[arg(long, value_enum, default_value_t = KvDtype::F32)]
     pub kv_dtype: KvDtype,
     /// Which rows of a step get logits: the chunk's last token (the one
