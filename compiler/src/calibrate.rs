@@ -8,14 +8,15 @@
 //! ([`calibration_points`]). Per operand it accumulates `xᵀx` over every
 //! row (token) in f64, and stores the mean as the module weight
 //! `@<weight>.hessian` (`f32[K, K]`) of each weight that multiplies it,
-//! which `quantize{method=gptq}` reads and then drops. The graphs are not
-//! changed.
+//! and the largest magnitude per channel as `@<weight>.absmax` (`f32[K]`).
+//! `quantize` reads them (`method=gptq`, `smooth=smoothquant|awq`) and
+//! then drops them. The graphs are not changed.
 
 use std::collections::{HashMap, HashSet};
 
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::{Module, Tensor};
-use slmcc_passes::transforms::quantize::{calibration_points, HESSIAN_SUFFIX};
+use slmcc_passes::transforms::quantize::{calibration_points, ABSMAX_SUFFIX, HESSIAN_SUFFIX};
 use slmcc_runtime::Capture;
 
 use crate::unplanned::JitRunner;
@@ -30,7 +31,7 @@ pub struct CalibrationSummary {
     pub weights: usize,
 }
 
-/// Adds `@<weight>.hessian` for every quantizable weight of `module`'s
+/// Adds `@<weight>.hessian` and `@<weight>.absmax` for every quantizable weight of `module`'s
 /// graph `graph`, from `windows` of token ids fed as `input_ids` (see the
 /// module docs).
 pub fn add_hessians(
@@ -48,6 +49,7 @@ pub fn add_hessians(
         .collect();
     let names: HashSet<String> = points.iter().map(|(x, _)| x.clone()).collect();
     let mut sums: HashMap<String, (usize, Vec<f64>)> = HashMap::new();
+    let mut absmax: HashMap<String, Vec<f32>> = HashMap::new();
     let mut rows = 0;
     // Compiled once per window length (the windows are usually all one).
     let mut runners: HashMap<usize, JitRunner> = HashMap::new();
@@ -82,6 +84,12 @@ pub fn add_hessians(
                 return Err(format!("%{name} changed width: {kk} then {k}"));
             }
             accumulate_gram(h, &data, k);
+            let m = absmax.entry(name.clone()).or_insert_with(|| vec![0f32; k]);
+            for row in data.chunks_exact(k.max(1)) {
+                for (a, v) in m.iter_mut().zip(row) {
+                    *a = a.max(v.abs());
+                }
+            }
         }
         tracing::info!("calibration: window {}/{}", i + 1, windows.len());
     }
@@ -96,6 +104,10 @@ pub fn add_hessians(
             module.weights.insert(
                 format!("{w}{HESSIAN_SUFFIX}"),
                 Tensor::from_f32(vec![*k, *k], mean.clone()),
+            );
+            module.weights.insert(
+                format!("{w}{ABSMAX_SUFFIX}"),
+                Tensor::from_f32(vec![*k], absmax[name].clone()),
             );
             weights += 1;
         }

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use slmcc::pipeline::{Quant, QuantizeOptions};
 use slmcc_passes::transforms::kv_cache::KvCacheOptions;
+use slmcc_passes::transforms::quantize::smooth::Smooth;
 use slmcc_passes::transforms::quantize::Method;
 
 /// `--target`.
@@ -598,12 +599,18 @@ pub struct QuantArgs {
     /// deployments short of memory do).
     #[arg(long, value_enum, default_value_t = QuantKeep::LmHead)]
     pub quant_keep: QuantKeep,
-    /// How the weights are rounded: rtn (to nearest) or gptq (each layer's
+    /// How the weights are rounded: rtn (to nearest); gptq (each layer's
     /// rounding error moved onto the weights not yet rounded, by the
-    /// calibration activations' Hessian; needs --calib).
+    /// calibration activations' Hessian); smoothquant (the activations'
+    /// per-channel ranges moved into the weights, for w8a8); awq (scales
+    /// per input channel searched for the least output error, for 4-bit
+    /// weights). All but rtn need --calib.
     #[arg(long, value_enum, default_value_t = QuantMethod::Rtn)]
     pub quant_method: QuantMethod,
-    /// Calibration samples for --quant-method gptq: token ids (`.npy`, any
+    /// SmoothQuant's migration strength alpha, in 0..=1.
+    #[arg(long, value_name = "A", default_value_t = 0.5)]
+    pub smooth_alpha: f64,
+    /// Calibration samples for --quant-method gptq|smoothquant|awq: token ids (`.npy`, any
     /// shape, read in order) or a text (any other file, with
     /// --calib-tokenizer), cut into windows of --calib-window tokens.
     #[arg(long, value_name = "FILE")]
@@ -624,9 +631,18 @@ pub struct QuantArgs {
 pub enum QuantMethod {
     Rtn,
     Gptq,
+    Smoothquant,
+    Awq,
 }
 
 impl QuantArgs {
+    /// `--quant-method` as written on the command line.
+    pub fn quant_method_name(&self) -> String {
+        self.quant_method
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_string())
+    }
+
     /// The choice; `default` when `--quant` is not given.
     pub fn get(&self, default: QuantScheme) -> anyhow::Result<Quant> {
         let keep_lm_head = self.quant_keep == QuantKeep::LmHead;
@@ -640,10 +656,20 @@ impl QuantArgs {
             QuantScheme::W4a8 => QuantizeOptions::int4(self.quant_group),
             QuantScheme::W4 => QuantizeOptions::int4(self.quant_group).weight_only(),
         };
+        if !(0.0..=1.0).contains(&self.smooth_alpha) {
+            anyhow::bail!("--smooth-alpha must be in 0..=1, not {}", self.smooth_alpha);
+        }
         let options = QuantizeOptions {
             method: match self.quant_method {
-                QuantMethod::Rtn => Method::Rtn,
                 QuantMethod::Gptq => Method::Gptq,
+                _ => Method::Rtn,
+            },
+            smooth: match self.quant_method {
+                QuantMethod::Smoothquant => Some(Smooth::SmoothQuant {
+                    alpha_percent: (self.smooth_alpha * 100.0).round() as u8,
+                }),
+                QuantMethod::Awq => Some(Smooth::Awq),
+                _ => None,
             },
             ..options
         };

@@ -114,7 +114,7 @@ pub static PASSES: &[PassInfo] = &[
     },
     PassInfo {
         name: "quantize",
-        summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest), int8 activations per token",
+        summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest or GPTQ, after SmoothQuant or AWQ scales), int8 activations per token",
         options: quantize::OPTIONS,
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
@@ -122,6 +122,8 @@ pub static PASSES: &[PassInfo] = &[
         statistics: || {
             vec![
                 "weight-bytes-before",
+                "sites-smoothed",
+                "sites-not-smoothed",
                 "matmuls-quantized",
                 "matmuls-kept",
                 "glus-fused",

@@ -9,7 +9,6 @@ use slmcc::unplanned::{run_graph_jit, run_graph_npu};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
-use slmcc_passes::transforms::quantize::Method;
 use slmcc_runtime::aot::{host_triple, AotKernels};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
@@ -114,10 +113,10 @@ pub fn encode_text_file(path: &Path, tokenizer: &Path) -> anyhow::Result<Vec<i64
     super::tokenize::Tokenizer::load(tokenizer)?.encode(&text)
 }
 
-/// For `--quant-method gptq`: fuses `module` and adds the calibration
-/// Hessians of its entry graph's weights from `--calib`
-/// ([`slmcc::calibrate`]); nothing for other methods, and an error when
-/// gptq has no `--calib`. The `quantize` pass that follows reads them.
+/// For the calibrated `--quant-method`s (gptq, smoothquant, awq): fuses
+/// `module` and adds the calibration statistics of its entry graph's
+/// weights from `--calib` ([`slmcc::calibrate`]); nothing for rtn, and an
+/// error when a calibrated method has no `--calib`. The `quantize` pass that follows reads them.
 /// Returns what identifies the calibration set (the SHA-256 of the ids
 /// used, and their windows), or `None` when there was none.
 pub fn calibrate(
@@ -127,14 +126,19 @@ pub fn calibrate(
     path: &Path,
     cpu: &CpuOptions,
 ) -> anyhow::Result<Option<String>> {
-    if !quant.is_some_and(|q| q.method == Method::Gptq) {
+    if !quant.is_some_and(|q| q.calibrated()) {
         if args.calib.is_some() {
-            tracing::warn!("--calib is read by --quant-method gptq only; ignored");
+            tracing::warn!(
+                "--calib is read by --quant-method gptq, smoothquant and awq only; ignored"
+            );
         }
         return Ok(None);
     }
     let Some(file) = &args.calib else {
-        bail!("--quant-method gptq needs calibration samples: --calib FILE");
+        bail!(
+            "--quant-method {} needs calibration samples: --calib FILE",
+            args.quant_method_name()
+        );
     };
     let ids = match (
         file.extension().and_then(|e| e.to_str()),

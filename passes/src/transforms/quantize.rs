@@ -6,6 +6,7 @@
 pub mod glu;
 pub mod gptq;
 pub mod rtn;
+pub mod smooth;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -16,6 +17,7 @@ use slmcc_ir::{DType, Graph, Module, Op, TensorType, ValueDef, ValueId, WeightSt
 use self::glu::QWeight;
 use self::gptq::Gptq;
 use self::rtn::{Rtn, Scheme, WeightQuantizer};
+use self::smooth::{Rounding, Smooth};
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
 use crate::transforms::fresh_weight_name;
@@ -63,12 +65,29 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "rtn",
         help: "rtn (round to nearest) or gptq (needs each weight's calibration Hessian as the module weight `<weight>.hessian`: `--calib`)",
     },
+    OptionSpec {
+        name: "smooth",
+        kind: OptionKind::Enum(&["none", "smoothquant", "awq"]),
+        default: "none",
+        help: "per-channel scales moved from the activations into the weights first: smoothquant (needs `<weight>.absmax`) or awq (needs `<weight>.hessian`); `--calib` adds both",
+    },
+    OptionSpec {
+        name: "alpha",
+        kind: OptionKind::Int { min: 0, max: 100 },
+        default: "50",
+        help: "smoothquant: the migration strength, in hundredths (50: alpha = 0.5)",
+    },
 ];
 
 /// The suffix of the module weight holding a weight's calibration Hessian
 /// (`@w.hessian`, `f32[K, K]`: the mean of `xᵀx` over the calibration
 /// rows of its activations), which `method=gptq` reads.
 pub const HESSIAN_SUFFIX: &str = ".hessian";
+
+/// The suffix of the module weight holding the largest magnitude per
+/// channel of a weight's calibration activations (`@w.absmax`, `f32[K]`),
+/// which `smooth=smoothquant` reads.
+pub const ABSMAX_SUFFIX: &str = ".absmax";
 
 /// How `quantize` rounds (`method=rtn|gptq`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,13 +155,22 @@ pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
 /// plans (the weights region changed), which the pass manager drops when
 /// this pass changes the module: plan again after it.
 ///
+/// With `smooth=smoothquant|awq`, per-channel scales are first moved from
+/// the activations into the weights where a norm makes the activations
+/// ([`smooth`]: SmoothQuant, or AWQ's search for the rounding chosen
+/// here); the norm's parameters absorb the division, so the model computes
+/// the same function before rounding. Calibration statistics (`@w.hessian`,
+/// `@w.absmax`) are the pass's input only and are removed.
+///
 /// Requires: a verified module whose quantized weights have data loaded
-/// (with `method=gptq`, each with its `@w.hessian`).
+/// (with `method=gptq`, each with its `@w.hessian`; with `smooth`, the
+/// statistics above).
 /// Fails, naming the graph and node, otherwise. Guarantees: a module that
 /// verifies; graph signatures unchanged. Statistics: `matmuls-quantized`,
 /// `matmuls-kept` (weight matmuls left in `f32`), `glus-fused` (`swiglu`s
 /// made `qswiglu`), `glus-split`, `glus-kept`, `groups-narrowed`,
-/// `weight-bytes-before`, `weight-bytes-after` (all module weights).
+/// `weight-bytes-before`, `weight-bytes-after` (all module weights); with
+/// `smooth`, `sites-smoothed` and `sites-not-smoothed`.
 pub struct Quantize {
     options: QuantizeOptions,
 }
@@ -183,9 +211,16 @@ pub struct QuantizeOptions {
     /// INT8 activations, or `f32` ones (weight-only quantization).
     pub activations: QActivations,
     pub method: Method,
+    /// Scales moved from the activations into the weights before rounding.
+    pub smooth: Option<Smooth>,
 }
 
 impl QuantizeOptions {
+    /// Whether these options need calibration statistics (`--calib`).
+    pub fn calibrated(&self) -> bool {
+        self.method == Method::Gptq || self.smooth.is_some()
+    }
+
     /// INT8 weights per output channel, the LM head kept.
     pub fn int8() -> QuantizeOptions {
         QuantizeOptions {
@@ -195,6 +230,7 @@ impl QuantizeOptions {
             keep_lm_head: true,
             activations: QActivations::Int8,
             method: Method::Rtn,
+            smooth: None,
         }
     }
 
@@ -237,6 +273,13 @@ impl QuantizeOptions {
                 "gptq" => Method::Gptq,
                 _ => Method::Rtn,
             },
+            smooth: match o.str("smooth") {
+                "smoothquant" => Some(Smooth::SmoothQuant {
+                    alpha_percent: o.int("alpha") as u8,
+                }),
+                "awq" => Some(Smooth::Awq),
+                _ => None,
+            },
         }
     }
 
@@ -273,6 +316,14 @@ impl QuantizeOptions {
         }
         if self.method == Method::Gptq {
             values.push(("method", "gptq".to_string()));
+        }
+        match self.smooth {
+            None => {}
+            Some(Smooth::SmoothQuant { alpha_percent }) => {
+                values.push(("smooth", "smoothquant".to_string()));
+                values.push(("alpha", alpha_percent.to_string()));
+            }
+            Some(Smooth::Awq) => values.push(("smooth", "awq".to_string())),
         }
         crate::options::render_entry("quantize", OPTIONS, &values)
     }
@@ -329,6 +380,16 @@ impl Pass for Quantize {
     fn run(&mut self, module: &mut Module, stats: &mut Statistics) -> Result<bool, PassError> {
         let cfg = self.options.config();
         stats.add("weight-bytes-before", weight_bytes(&module.weights));
+        if let Some(how) = self.options.smooth {
+            let rounding = Rounding {
+                bits: cfg.bits,
+                group: cfg.group,
+            };
+            let done = smooth::smooth(module, how, rounding, cfg.keep_lm_head)
+                .map_err(|e| failed("quantize", format!("smoothing: {e}")))?;
+            stats.add("sites-smoothed", done.sites);
+            stats.add("sites-not-smoothed", done.skipped);
+        }
         let mut done: HashMap<String, Done> = HashMap::new();
         let mut count = Counts::default();
         for g in &mut module.graphs {
@@ -405,7 +466,7 @@ impl Pass for Quantize {
             .weights
             .iter()
             .map(|(n, _)| n)
-            .filter(|n| n.ends_with(HESSIAN_SUFFIX))
+            .filter(|n| n.ends_with(HESSIAN_SUFFIX) || n.ends_with(ABSMAX_SUFFIX))
             .map(str::to_string)
             .collect();
         for h in hessians {
@@ -570,7 +631,6 @@ fn fixed_type(dtype: DType, shape: &[usize]) -> TensorType {
     TensorType::fixed(dtype, &shape.iter().map(|&d| d as i64).collect::<Vec<_>>())
 }
 
-/// `base`, or `base` with a number appended if the store has that name.
 /// The bytes of every module weight with a static shape.
 fn weight_bytes(store: &WeightStore) -> u64 {
     store
