@@ -16,8 +16,9 @@ Per row (a quantization scheme of `slmcc compile/eval --quant`):
   characters, up to 64 tokens); the mean-pooled embedding of each compared with FP32's by
   cosine; the table gives the lowest of the 16;
 * package size and compile time of `slmcc compile llama_trained.onnx --target rk3588
-  --quant Q [method options] --kv-cache --buckets 16,128` (FP32: `--target cpu`); GPTQ
-  rows calibrate on `calib.txt` (training-split text, 128 windows of 128 tokens).
+  --quant Q [method options] --kv-cache --buckets 16,128` (FP32: `--target cpu`); the
+  calibrated rows (GPTQ, SmoothQuant with alpha 0.5, AWQ) calibrate on `calib.txt`
+  (training-split text, 128 windows of 128 tokens).
 
 Rows for methods slmcc does not have yet are printed as "not built".
 """
@@ -39,18 +40,21 @@ MODEL = TRAINED / "llama_trained.onnx"
 HELDOUT = TRAINED / "heldout.txt"
 TOKENIZER = TRAINED / "tokenizer.json"
 
-CALIB = ["--quant-method", "gptq", "--calib", str(TRAINED / "calib.txt"), "--calib-tokenizer",
-         str(TOKENIZER)]
+CALIB = ["--calib", str(TRAINED / "calib.txt"), "--calib-tokenizer", str(TOKENIZER)]
+
+
+def method(name: str) -> list[str]:
+    return ["--quant-method", name, *CALIB]
 
 # (row, --quant, further options); None: not built yet.
 ROWS = [
     ("FP32", "", []),
     ("W8A8, round to nearest", "w8a8", []),
-    ("W8A8, GPTQ", "w8a8", CALIB),
-    ("W8A8, SmoothQuant", None, []),
+    ("W8A8, GPTQ", "w8a8", method("gptq")),
+    ("W8A8, SmoothQuant", "w8a8", method("smoothquant")),
     ("W4A8 (groups of 128), round to nearest", "w4a8", []),
-    ("W4A8, AWQ", None, []),
-    ("W4A8, GPTQ", "w4a8", CALIB),
+    ("W4A8, AWQ", "w4a8", method("awq")),
+    ("W4A8, GPTQ", "w4a8", method("gptq")),
     ("best + INT8 KV cache", None, []),
 ]
 

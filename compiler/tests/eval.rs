@@ -103,6 +103,59 @@ fn gptq_beats_round_to_nearest_at_4_bits() {
     assert!(gptq < rtn, "gptq {gptq} vs rtn {rtn}");
 }
 
+/// SmoothQuant (W8A8) and AWQ (W4A8), calibrated on text from the
+/// training split, keep the trained model within the budgets; a package
+/// names the smoothing in its pipeline. (On this model, whose activations
+/// have no outlier channels, both stay within noise of round-to-nearest:
+/// docs/QUALITY.md.)
+#[test]
+fn smoothquant_and_awq_stay_within_the_budgets() {
+    let fp32 = recorded();
+    let calib = [
+        "--calib",
+        "testdata/models/trained/calib.txt",
+        "--calib-tokenizer",
+        TOKENIZER,
+        "--calib-windows",
+        "16",
+    ];
+    for (quant, method, budget) in [("w8a8", "smoothquant", 0.005), ("w4a8", "awq", 0.05)] {
+        let got = ppl(&[&["--quant", quant, "--quant-method", method][..], &calib].concat());
+        let change = got / fp32 - 1.0;
+        eprintln!(
+            "{quant} {method}: perplexity {got:.4}, {:+.2}% from fp32",
+            100.0 * change
+        );
+        assert!(
+            change.abs() < budget,
+            "{quant} {method}: {got} vs fp32 {fp32}"
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("slmcc-smooth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pkg = dir.join("sq.slmpkg");
+    let out = pkg.to_str().unwrap();
+    let o = slmcc(
+        &[
+            &[
+                "compile",
+                MODEL,
+                "--target",
+                "rk3588",
+                "--quant-method",
+                "smoothquant",
+            ][..],
+            &calib,
+            &["--buckets", "16", "-o", out],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = stdout(&slmcc(&["report", out]));
+    assert!(report.contains("smooth=smoothquant"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A package compiled with GPTQ names its method and its calibration set.
 #[test]
 fn a_calibrated_package_records_its_calibration_set() {
