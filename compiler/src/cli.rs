@@ -607,6 +607,12 @@ pub struct QuantArgs {
     /// weights). All but rtn need --calib.
     #[arg(long, value_enum, default_value_t = QuantMethod::Rtn)]
     pub quant_method: QuantMethod,
+    /// Mixed precision: the most sensitive products (by the calibration
+    /// Hessian with --calib, else by weight error) stay at higher precision
+    /// (4-bit weights at 8 bits, 8-bit ones in f32) within P% more bytes
+    /// than the quantized weights take.
+    #[arg(long, value_name = "P", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub quant_fallback: u8,
     /// SmoothQuant's migration strength alpha, in 0..=1.
     #[arg(long, value_name = "A", default_value_t = 0.5)]
     pub smooth_alpha: f64,
@@ -671,6 +677,7 @@ impl QuantArgs {
                 QuantMethod::Awq => Some(Smooth::Awq),
                 _ => None,
             },
+            fallback_percent: self.quant_fallback,
             ..options
         };
         Ok(Some(QuantizeOptions {

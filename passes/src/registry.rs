@@ -130,6 +130,8 @@ pub static PASSES: &[PassInfo] = &[
                 "glus-split",
                 "glus-kept",
                 "groups-narrowed",
+                "products-at-higher-precision",
+                "fallback-bytes",
                 "weight-bytes-after",
             ]
         },

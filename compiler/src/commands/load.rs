@@ -113,7 +113,8 @@ pub fn encode_text_file(path: &Path, tokenizer: &Path) -> anyhow::Result<Vec<i64
     super::tokenize::Tokenizer::load(tokenizer)?.encode(&text)
 }
 
-/// For the calibrated `--quant-method`s (gptq, smoothquant, awq): fuses
+/// For the calibrated `--quant-method`s (gptq, smoothquant, awq), and for
+/// `--quant-fallback` when `--calib` is given: fuses
 /// `module` and adds the calibration statistics of its entry graph's
 /// weights from `--calib` ([`slmcc::calibrate`]); nothing for rtn, and an
 /// error when a calibrated method has no `--calib`. The `quantize` pass that follows reads them.
@@ -126,10 +127,13 @@ pub fn calibrate(
     path: &Path,
     cpu: &CpuOptions,
 ) -> anyhow::Result<Option<String>> {
-    if !quant.is_some_and(|q| q.calibrated()) {
+    // --quant-fallback ranks the products by the calibration Hessians when
+    // --calib gives them, by their weights otherwise.
+    let ranks = quant.is_some_and(|q| q.fallback_percent > 0) && args.calib.is_some();
+    if !quant.is_some_and(|q| q.calibrated()) && !ranks {
         if args.calib.is_some() {
             tracing::warn!(
-                "--calib is read by --quant-method gptq, smoothquant and awq only; ignored"
+                "--calib is read by --quant-method gptq, smoothquant and awq and by --quant-fallback only; ignored"
             );
         }
         return Ok(None);

@@ -3,6 +3,7 @@
 //! or INT4 per group), activations quantized per token at run time by the
 //! op itself.
 
+pub mod fallback;
 pub mod glu;
 pub mod gptq;
 pub mod rtn;
@@ -64,6 +65,12 @@ pub const OPTIONS: &[OptionSpec] = &[
         kind: OptionKind::Enum(&["rtn", "gptq"]),
         default: "rtn",
         help: "rtn (round to nearest) or gptq (needs each weight's calibration Hessian as the module weight `<weight>.hessian`: `--calib`)",
+    },
+    OptionSpec {
+        name: "fallback",
+        kind: OptionKind::Int { min: 0, max: 100 },
+        default: "0",
+        help: "mixed precision: the most sensitive products stay at higher precision (int4 at int8, int8 in f32) within this percent of the quantized weights' bytes",
     },
     OptionSpec {
         name: "smooth",
@@ -162,6 +169,12 @@ pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
 /// the same function before rounding. Calibration statistics (`@w.hessian`,
 /// `@w.absmax`) are the pass's input only and are removed.
 ///
+/// With `fallback=P` (mixed precision, [`fallback`]), the products whose
+/// rounding costs the most (relative output error by the calibration
+/// Hessian, or relative weight error without one) stay at a higher
+/// precision, 4-bit weights at 8 bits per output channel and 8-bit ones in
+/// `f32`, as long as the extra bytes fit in `P`% of the quantized weights'.
+///
 /// Requires: a verified module whose quantized weights have data loaded
 /// (with `method=gptq`, each with its `@w.hessian`; with `smooth`, the
 /// statistics above).
@@ -170,7 +183,8 @@ pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
 /// `matmuls-kept` (weight matmuls left in `f32`), `glus-fused` (`swiglu`s
 /// made `qswiglu`), `glus-split`, `glus-kept`, `groups-narrowed`,
 /// `weight-bytes-before`, `weight-bytes-after` (all module weights); with
-/// `smooth`, `sites-smoothed` and `sites-not-smoothed`.
+/// `smooth`, `sites-smoothed` and `sites-not-smoothed`; with `fallback`,
+/// `products-at-higher-precision` and `fallback-bytes`.
 pub struct Quantize {
     options: QuantizeOptions,
 }
@@ -213,6 +227,9 @@ pub struct QuantizeOptions {
     pub method: Method,
     /// Scales moved from the activations into the weights before rounding.
     pub smooth: Option<Smooth>,
+    /// Mixed precision: percent of the quantized weights' bytes that the
+    /// most sensitive products may add by staying at higher precision.
+    pub fallback_percent: u8,
 }
 
 impl QuantizeOptions {
@@ -231,6 +248,7 @@ impl QuantizeOptions {
             activations: QActivations::Int8,
             method: Method::Rtn,
             smooth: None,
+            fallback_percent: 0,
         }
     }
 
@@ -280,6 +298,7 @@ impl QuantizeOptions {
                 "awq" => Some(Smooth::Awq),
                 _ => None,
             },
+            fallback_percent: o.int("fallback") as u8,
         }
     }
 
@@ -325,6 +344,9 @@ impl QuantizeOptions {
             }
             Some(Smooth::Awq) => values.push(("smooth", "awq".to_string())),
         }
+        if self.fallback_percent > 0 {
+            values.push(("fallback", self.fallback_percent.to_string()));
+        }
         crate::options::render_entry("quantize", OPTIONS, &values)
     }
 
@@ -347,6 +369,7 @@ impl QuantizeOptions {
 }
 
 /// The options as the quantizer uses them.
+#[derive(Clone)]
 struct Config {
     bits: u8,
     /// 0: per output channel (the whole of `K`).
@@ -355,6 +378,18 @@ struct Config {
     keep_lm_head: bool,
     activations: QActivations,
     method: Method,
+}
+
+impl Config {
+    /// The mixed-precision fallback's precision: 4-bit weights at 8 bits
+    /// (per output channel); `None` for 8-bit ones, which stay `f32`.
+    fn higher(&self) -> Option<Config> {
+        (self.bits == 4).then(|| Config {
+            bits: 8,
+            group: 0,
+            ..self.clone()
+        })
+    }
 }
 
 /// A weight already quantized: the new weights' names and the op.
@@ -390,6 +425,12 @@ impl Pass for Quantize {
             stats.add("sites-smoothed", done.sites);
             stats.add("sites-not-smoothed", done.skipped);
         }
+        let high = match self.options.fallback_percent {
+            0 => fallback::Chosen::default(),
+            p => fallback::choose(module, &cfg, p)
+                .map_err(|e| failed("quantize", format!("mixed precision: {e}")))?,
+        };
+        let cfg_high = cfg.higher();
         let mut done: HashMap<String, Done> = HashMap::new();
         let mut count = Counts::default();
         for g in &mut module.graphs {
@@ -401,9 +442,19 @@ impl Pass for Quantize {
                         count.glus_kept += 1;
                         continue;
                     };
+                    let wcfg = match ws.iter().any(|w| high.weights.contains(w)) {
+                        false => &cfg,
+                        true => match &cfg_high {
+                            Some(c) => c,
+                            None => {
+                                count.glus_kept += 1;
+                                continue;
+                            }
+                        },
+                    };
                     let mut qs = Vec::new();
                     for w in ws {
-                        let d = quantized(&mut done, &mut module.weights, &w, &cfg)
+                        let d = quantized(&mut done, &mut module.weights, &w, wcfg)
                             .map_err(|e| at(g, i, &e))?;
                         qs.push(d.values(g));
                     }
@@ -431,7 +482,15 @@ impl Pass for Quantize {
                     count.kept += 1;
                     continue;
                 }
-                let d = quantized(&mut done, &mut module.weights, &w, &cfg)
+                let wcfg = match (high.weights.contains(&w), &cfg_high) {
+                    (false, _) => &cfg,
+                    (true, Some(c)) => c,
+                    (true, None) => {
+                        count.kept += 1;
+                        continue;
+                    }
+                };
+                let d = quantized(&mut done, &mut module.weights, &w, wcfg)
                     .map_err(|e| at(g, i, &e))?;
                 let QWeight { q, scale, op } = d.values(g);
                 let node = &mut g.nodes[i];
@@ -481,6 +540,8 @@ impl Pass for Quantize {
         stats.add("glus-split", count.glus_split);
         stats.add("glus-kept", count.glus_kept);
         stats.add("groups-narrowed", count_narrowed(&done, &cfg));
+        stats.add("products-at-higher-precision", high.units);
+        stats.add("fallback-bytes", high.extra_bytes);
         stats.add("weight-bytes-after", weight_bytes(&module.weights));
         Ok(changed)
     }
@@ -522,7 +583,9 @@ fn quantized<'a>(
 
 /// Weights quantized with a smaller group than asked (see [`Quantize`]).
 fn count_narrowed(done: &HashMap<String, Done>, cfg: &Config) -> u64 {
-    let narrowed = |d: &&Done| cfg.group != 0 && (d.op.group as usize) < cfg.group;
+    // Weights at the fallback's precision are per output channel by choice.
+    let narrowed =
+        |d: &&Done| d.op.bits == cfg.bits && cfg.group != 0 && (d.op.group as usize) < cfg.group;
     done.values().filter(narrowed).count() as u64
 }
 
@@ -619,7 +682,7 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
     })
 }
 
-fn gcd(a: usize, b: usize) -> usize {
+pub(crate) fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {
         a
     } else {

@@ -375,7 +375,7 @@ fn awq_search(
         .collect::<Result<_, _>>()?;
     let group = match rounding.group {
         0 => k,
-        g => gcd(k, g),
+        g => super::gcd(k, g),
     };
     let scheme = Scheme {
         bits: rounding.bits,
@@ -389,7 +389,7 @@ fn awq_search(
         let s = awq_scales(&rms, alpha);
         let mut loss = 0.0;
         for w in &weights {
-            loss += output_error(w, &s, &h, scheme)?;
+            loss += output_error(w, Some(&s), &h, scheme)?.0;
         }
         tracing::trace!("awq: @{} alpha {alpha}: {loss:e}", site.weights[0]);
         if i == 0 {
@@ -426,11 +426,17 @@ fn awq_scales(rms: &[f32], alpha: f32) -> Vec<f32> {
     s.iter().map(|v| (v / norm).clamp(1e-4, 1e4)).collect()
 }
 
-/// `tr(ΔWᵀ H ΔW)` for `ΔW = diag(1/s) Q(diag(s) W) − W` (f64), over at
-/// most [`AWQ_COLUMNS`] of `W`'s columns, evenly spaced (each column is
-/// rounded on its own, so the error is a sum over columns and the same
-/// columns serve every candidate): `O(K² · AWQ_COLUMNS)` per candidate.
-fn output_error(w: &Tensor, s: &[f32], h: &[f32], scheme: Scheme) -> Result<f64, String> {
+/// `tr(ΔWᵀ H ΔW)` for `ΔW = diag(1/s) Q(diag(s) W) − W` (`s = 1` when
+/// `None`), and `tr(Wᵀ H W)`, the output's energy, in f64, over at most
+/// [`AWQ_COLUMNS`] of `W`'s columns, evenly spaced (each column is rounded
+/// on its own, so both are sums over columns and the same columns serve
+/// every candidate): `O(K² · AWQ_COLUMNS)`.
+pub(super) fn output_error(
+    w: &Tensor,
+    s: Option<&[f32]>,
+    h: &[f32],
+    scheme: Scheme,
+) -> Result<(f64, f64), String> {
     let (k, all) = (w.shape()[0], w.shape()[1]);
     let full = w.as_f32().ok_or("not f32")?;
     let n = all.min(AWQ_COLUMNS);
@@ -438,6 +444,8 @@ fn output_error(w: &Tensor, s: &[f32], h: &[f32], scheme: Scheme) -> Result<f64,
         .chunks_exact(all)
         .flat_map(|row| (0..n).map(move |c| row[c * all / n]))
         .collect();
+    let ones = vec![1f32; k];
+    let s = s.unwrap_or(&ones);
     let scaled: Vec<f32> = data
         .chunks_exact(n)
         .zip(s)
@@ -453,31 +461,29 @@ fn output_error(w: &Tensor, s: &[f32], h: &[f32], scheme: Scheme) -> Result<f64,
             f64::from(deq) - f64::from(data[idx])
         })
         .collect();
+    let wide: Vec<f64> = data.iter().map(|&v| f64::from(v)).collect();
+    Ok((quadratic(&delta, h, k, n), quadratic(&wide, h, k, n)))
+}
+
+/// `tr(Vᵀ H V)` for `V: [K, N]` and symmetric `H: [K, K]`.
+fn quadratic(v: &[f64], h: &[f32], k: usize, n: usize) -> f64 {
     let mut total = 0.0;
     for i in 0..k {
-        let di = &delta[i * n..(i + 1) * n];
+        let vi = &v[i * n..(i + 1) * n];
         for j in i..k {
             let hij = f64::from(h[i * k + j]);
             if hij == 0.0 {
                 continue;
             }
-            let dot: f64 = di
+            let dot: f64 = vi
                 .iter()
-                .zip(&delta[j * n..(j + 1) * n])
+                .zip(&v[j * n..(j + 1) * n])
                 .map(|(a, b)| a * b)
                 .sum();
             total += if i == j { hij * dot } else { 2.0 * hij * dot };
         }
     }
-    Ok(total)
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
+    total
 }
 
 /// Divides the norm's parameters by `s`, multiplies the weights' rows by
