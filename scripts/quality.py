@@ -17,8 +17,9 @@ Per row (a quantization scheme of `slmcc compile/eval --quant`):
   cosine; the table gives the lowest of the 16;
 * package size and compile time of `slmcc compile llama_trained.onnx --target rk3588
   --quant Q [method options] --kv-cache --buckets 16,128` (FP32: `--target cpu`); the
-  calibrated rows (GPTQ, SmoothQuant with alpha 0.5, AWQ) calibrate on `calib.txt`
-  (training-split text, 128 windows of 128 tokens).
+  calibrated rows (GPTQ, SmoothQuant with alpha 0.5, AWQ, mixed precision, which ranks
+  the products by the calibration Hessians) calibrate on `calib.txt` (training-split
+  text, 128 windows of 128 tokens).
 
 Rows for methods slmcc does not have yet are printed as "not built".
 """
@@ -55,6 +56,10 @@ ROWS = [
     ("W4A8 (groups of 128), round to nearest", "w4a8", []),
     ("W4A8, AWQ", "w4a8", method("awq")),
     ("W4A8, GPTQ", "w4a8", method("gptq")),
+    ("W4A8, round to nearest + mixed precision (10% more bytes)", "w4a8",
+     ["--quant-fallback", "10", *CALIB]),
+    ("W4A8, GPTQ + mixed precision (10% more bytes)", "w4a8",
+     [*method("gptq"), "--quant-fallback", "10"]),
     ("best + INT8 KV cache", None, []),
 ]
 
