@@ -437,9 +437,9 @@ fn attention_under_the_cache_mask() {
 
 /// A prefill of 5 tokens, then decode steps, each a graph of `kv_write`
 /// (keys and values), `kv_mask` and `attention`, the written caches fed
-/// back as the next step's: equal to the reference step by step, f32 and
-/// f16 caches (attention reading the f16 one as stored), with and without
-/// a ring.
+/// back as the next step's: equal to the reference step by step, byte for
+/// byte, f32, f16 and i8 (q8 rows) caches (attention reading the f16 and
+/// i8 ones as stored), with and without a ring.
 #[test]
 fn prefill_then_decode_steps() {
     for (dt, sinks, window, cap) in [
@@ -447,7 +447,11 @@ fn prefill_then_decode_steps() {
         ("f16", 0, 0, 16),
         ("f32", 2, 6, 8),
         ("f16", 1, 4, 5),
+        ("i8", 0, 0, 16),
+        ("i8", 1, 4, 5),
     ] {
+        // A q8 row holds 8 values and its 4-byte scale.
+        let row = if dt == "i8" { 12 } else { 8 };
         let attrs = if window > 0 {
             format!(" {{sinks = {sinks}, window = {window}}}")
         } else {
@@ -456,9 +460,9 @@ fn prefill_then_decode_steps() {
         let graph = |s: usize| {
             let src = format!(
                 r#"module @m {{
-  graph @step(%q: f32[1, 4, {s}, 8], %k: f32[1, 2, {s}, 8], %v: f32[1, 2, {s}, 8], %pos: i64[], %pk: {dt}[1, 2, {cap}, 8], %pv: {dt}[1, 2, {cap}, 8]) -> (f32[1, 4, {s}, 8], {dt}[1, 2, {cap}, 8], {dt}[1, 2, {cap}, 8]) {{
-    %kc = kv_write %pk, %k, %pos{attrs} : {dt}[1, 2, {cap}, 8]
-    %vc = kv_write %pv, %v, %pos{attrs} : {dt}[1, 2, {cap}, 8]
+  graph @step(%q: f32[1, 4, {s}, 8], %k: f32[1, 2, {s}, 8], %v: f32[1, 2, {s}, 8], %pos: i64[], %pk: {dt}[1, 2, {cap}, {row}], %pv: {dt}[1, 2, {cap}, {row}]) -> (f32[1, 4, {s}, 8], {dt}[1, 2, {cap}, {row}], {dt}[1, 2, {cap}, {row}]) {{
+    %kc = kv_write %pk, %k, %pos{attrs} : {dt}[1, 2, {cap}, {row}]
+    %vc = kv_write %pv, %v, %pos{attrs} : {dt}[1, 2, {cap}, {row}]
     %m = kv_mask %kc, %k, %pos{attrs} : bool[1, 1, {s}, {cap}]
     %o = attention %q, %kc, %vc, %m {{kv_heads = 2, scale = 0.35}} : f32[1, 4, {s}, 8]
     return %o, %kc, %vc
@@ -467,9 +471,13 @@ fn prefill_then_decode_steps() {
             );
             slmcc_ir::text::parse_module(&src).unwrap()
         };
-        let dtype = if dt == "f32" { DType::F32 } else { DType::F16 };
+        let dtype = match dt {
+            "f32" => DType::F32,
+            "f16" => DType::F16,
+            _ => DType::I8,
+        };
         let mut rng = Lcg(99);
-        let mut pk = Tensor::zeros(dtype, vec![1, 2, cap, 8]);
+        let mut pk = Tensor::zeros(dtype, vec![1, 2, cap, row]);
         let mut pv = pk.clone();
         let mut at = 0i64;
         let prefill = graph(5);

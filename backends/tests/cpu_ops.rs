@@ -31,6 +31,7 @@ use slmcc_ir::ops::gather_elements::GatherElements;
 use slmcc_ir::ops::gather_nd::GatherNd;
 use slmcc_ir::ops::gelu::{Gelu, GeluApprox};
 use slmcc_ir::ops::glu::Glu;
+use slmcc_ir::ops::kv_cache::{q8_encode, Q8_SCALE_BYTES};
 use slmcc_ir::ops::layer_norm::LayerNorm;
 use slmcc_ir::ops::matmul::MatMul;
 use slmcc_ir::ops::range::Range;
@@ -395,6 +396,24 @@ fn attention_case(rng: &mut Lcg, t_max: usize) -> (Attention, Vec<(Tensor, Kind)
     (op, operands)
 }
 
+/// `t` (`[.., d]`, f32) as q8 rows (`i8[.., d + 4]`), as `kv_write` stores them.
+fn q8_rows(t: &Tensor) -> Tensor {
+    let d = *t.shape().last().unwrap();
+    let mut shape = t.shape().to_vec();
+    *shape.last_mut().unwrap() = d + Q8_SCALE_BYTES;
+    let mut bytes = vec![0i8; shape.iter().product()];
+    if d > 0 {
+        for (row, out) in t
+            .to_f32_vec()
+            .chunks(d)
+            .zip(bytes.chunks_mut(d + Q8_SCALE_BYTES))
+        {
+            q8_encode(row, out);
+        }
+    }
+    Tensor::new(shape, slmcc_ir::TensorData::I8(bytes)).unwrap()
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -407,12 +426,19 @@ proptest! {
         let (op, mut operands) = attention_case(&mut rng, 12);
         check(op, &operands, Expect::Exact);
         check_with(op, &operands, Expect::Rel(1e-5), CpuOptions::default());
+        let mut q8 = operands.clone();
         let half = if rng.below(2) == 0 { DType::F16 } else { DType::BF16 };
         for (t, _) in &mut operands[1..3] {
             *t = t.cast(half);
         }
         check(op, &operands, Expect::Exact);
         check_with(op, &operands, Expect::Rel(1e-5), CpuOptions::default());
+        // And as an INT8 cache's q8 rows.
+        for (t, _) in &mut q8[1..3] {
+            *t = q8_rows(t);
+        }
+        check(op, &q8, Expect::Exact);
+        check_with(op, &q8, Expect::Rel(1e-5), CpuOptions::default());
     }
 }
 

@@ -1,5 +1,7 @@
 //! `attention` (`f32` queries; keys and values `f32`, or `f16`/`bf16` as a
-//! half KV cache stores them, widened exactly as they are loaded):
+//! half KV cache stores them, widened exactly as they are loaded, or an
+//! INT8 cache's q8 rows, each value converted and multiplied by its row's
+//! scale as it is loaded, as the reference decodes them):
 //! grouped-query attention with the causal /
 //! sliding-window key range, soft-capping and an optional float (additive)
 //! or bool (keep) mask, as `slmcc_ir::ops::attention` defines it.
@@ -35,9 +37,10 @@
 //! value channels, blocked so the accumulators stay in registers.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::Variable;
 use slmcc_ir::ops::attention::Attention;
+use slmcc_ir::ops::kv_cache::Q8_SCALE_BYTES;
 use slmcc_ir::DType;
 
 use super::dtype;
@@ -69,6 +72,9 @@ struct Plan {
     /// The keys' and values' dtype, and its bytes per element.
     kv: DType,
     kv_bytes: i64,
+    /// Bytes per key row and per value row (a q8 row ends in its scale).
+    k_row: i64,
+    v_row: i64,
     /// The mask: bool or not, and its strides over `[b, hq, s, t]`.
     mask: Option<(bool, Vec<i64>)>,
 }
@@ -106,14 +112,21 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
         return Err(unsupported("attention", "with q not of rank 4"));
     };
     let kv = sig.inputs[1].dtype;
-    if !matches!(kv, DType::F32 | DType::F16 | DType::BF16) || sig.inputs[2].dtype != kv {
+    if !matches!(kv, DType::F32 | DType::F16 | DType::BF16 | DType::I8) || sig.inputs[2].dtype != kv
+    {
         return Err(unsupported(
             "attention",
             format!("with k and v of {} and {}", kv, sig.inputs[2].dtype),
         ));
     }
     let (hkv, t) = (sig.inputs[1].shape[1], sig.inputs[1].shape[2]);
-    let dv = sig.inputs[2].shape[3];
+    let dv = sig.outputs[0].shape[3];
+    let kv_bytes = (kv.bits() / 8) as i64;
+    let scale_bytes = if kv == DType::I8 {
+        Q8_SCALE_BYTES as i64
+    } else {
+        0
+    };
     let mask = sig.inputs.get(3).map(|m| {
         (
             m.dtype == DType::Bool,
@@ -128,7 +141,9 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
         d,
         dv,
         kv,
-        kv_bytes: (kv.bits() / 8) as i64,
+        kv_bytes,
+        k_row: d as i64 * kv_bytes + scale_bytes,
+        v_row: dv as i64 * kv_bytes + scale_bytes,
         mask,
     };
     let tile = t.min(TILE);
@@ -147,8 +162,8 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
             // Query head h = kvh · group + g.
             let hn = kb.b.ins().imul_imm_s(n, hkv_i);
             let hn = kb.b.ins().iadd(hn, kvh);
-            let k_head = kb.index(kbuf, hn, t_i * d_i * plan.kv_bytes);
-            let v_head = kb.index(vb, hn, t_i * dv_i * plan.kv_bytes);
+            let k_head = kb.index(kbuf, hn, t_i * plan.k_row);
+            let v_head = kb.index(vb, hn, t_i * plan.v_row);
             kb.for_n(plan.group, |kb, g| {
                 let h = kb.b.ins().imul_imm_s(kvh, group);
                 let h = kb.b.ins().iadd(h, g);
@@ -197,9 +212,10 @@ fn scores(
     let zero = kb.iconst(0);
     kb.for_range(zero, len, 1, |kb, jj| {
         let j = kb.b.ins().iadd(j0, jj);
-        let krow = kb.index(row.k, j, d as i64 * plan.kv_bytes);
+        let krow = kb.index(row.k, j, plan.k_row);
+        let kscale = row_scale(kb, plan, krow, d);
         let dot = if fast {
-            dot_fast(kb, plan, row.q, krow)?
+            dot_fast(kb, plan, row.q, krow, kscale)?
         } else {
             let var = kb.b.declare_var(types::F32);
             let z = kb.b.ins().f32const(-0.0);
@@ -208,7 +224,7 @@ fn scores(
                 let qx = kb.index(row.q, c, 4);
                 let a = kb.load(types::F32, ptr(qx), Width::Scalar);
                 let kx = kb.index(krow, c, plan.kv_bytes);
-                let bv = dtype::load(kb, plan.kv, ptr(kx), Width::Scalar)?;
+                let bv = load_kv(kb, plan, kx, Width::Scalar, kscale)?;
                 let p = kb.b.ins().fmul(a, bv);
                 let acc = kb.b.use_var(var);
                 let acc = kb.b.ins().fadd(acc, p);
@@ -246,7 +262,13 @@ fn scores(
 
 /// `q · k` over `d` channels in `f32x4` partial sums (two accumulators),
 /// then the scalar tail.
-fn dot_fast(kb: &mut KernelBuilder, plan: &Plan, q: Value, k: Value) -> Result<Value, CpuError> {
+fn dot_fast(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    q: Value,
+    k: Value,
+    scale: Option<Value>,
+) -> Result<Value, CpuError> {
     let (d, kvb) = (plan.d, plan.kv_bytes);
     let w = Width::Vector(4);
     let mut accs = [kb.f32c(0.0, w), kb.f32c(0.0, w)];
@@ -254,7 +276,7 @@ fn dot_fast(kb: &mut KernelBuilder, plan: &Plan, q: Value, k: Value) -> Result<V
         let qa = kb.offset(q, (16 * c) as i64);
         let ka = kb.offset(k, 4 * kvb * c as i64);
         let x = kb.load(types::F32, ptr(qa), w);
-        let y = dtype::load(kb, plan.kv, ptr(ka), w)?;
+        let y = load_kv(kb, plan, ka, w, scale)?;
         let a = accs[c % 2];
         accs[c % 2] = if kb.fma {
             kb.b.ins().fma(x, y, a)
@@ -269,7 +291,7 @@ fn dot_fast(kb: &mut KernelBuilder, plan: &Plan, q: Value, k: Value) -> Result<V
         let qa = kb.offset(q, (4 * c) as i64);
         let ka = kb.offset(k, kvb * c as i64);
         let x = kb.load(types::F32, ptr(qa), Width::Scalar);
-        let y = dtype::load(kb, plan.kv, ptr(ka), Width::Scalar)?;
+        let y = load_kv(kb, plan, ka, Width::Scalar, scale)?;
         let p = kb.b.ins().fmul(x, y);
         sum = kb.b.ins().fadd(sum, p);
     }
@@ -313,10 +335,11 @@ fn accumulate_pv(
             let pa = kb.index(buf, jj, 4);
             let p = kb.load(types::F32, ptr(pa), Width::Scalar);
             let j = kb.b.ins().iadd(j0, jj);
-            let vrow = kb.index(row.v, j, dv * plan.kv_bytes);
+            let vrow = kb.index(row.v, j, plan.v_row);
+            let vscale = row_scale(kb, plan, vrow, dv as usize);
             for (&(c, w), &var) in block.iter().zip(&vars) {
                 let va = kb.offset(vrow, plan.kv_bytes * c as i64);
-                let x = dtype::load(kb, plan.kv, ptr(va), w)?;
+                let x = load_kv(kb, plan, va, w, vscale)?;
                 let ps = kb.splat(p, w);
                 let acc = kb.b.use_var(var);
                 let next = if fast_fma {
@@ -336,6 +359,45 @@ fn accumulate_pv(
         }
     }
     Ok(())
+}
+
+/// The scale of the q8 row at `row` of `n` values (after them); `None`
+/// for a float cache.
+fn row_scale(kb: &mut KernelBuilder, plan: &Plan, row: Value, n: usize) -> Option<Value> {
+    (plan.kv == DType::I8).then(|| {
+        let at = kb.offset(row, n as i64);
+        kb.load(types::F32, ptr(at), Width::Scalar)
+    })
+}
+
+/// Elements of a key or value row at `p`, as `f32`: a float cache's
+/// widened as stored, a q8 row's converted and multiplied by its `scale`
+/// (a vector reads 8 bytes, which a q8 row holds from any vector's start:
+/// its scale follows the values).
+fn load_kv(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    p: Value,
+    w: Width,
+    scale: Option<Value>,
+) -> Result<Value, CpuError> {
+    let Some(scale) = scale else {
+        return dtype::load(kb, plan.kv, ptr(p), w);
+    };
+    let flags = MemFlagsData::new().with_notrap();
+    let x = match w {
+        Width::Scalar => {
+            let q = kb.b.ins().sload8(types::I32, flags, p, 0);
+            kb.b.ins().fcvt_from_sint(types::F32, q)
+        }
+        Width::Vector(_) => {
+            let q = kb.b.ins().sload8x8(flags, p, 0);
+            let q = kb.b.ins().swiden_low(q);
+            kb.b.ins().fcvt_from_sint(types::F32X4, q)
+        }
+    };
+    let s = kb.splat(scale, w);
+    Ok(kb.b.ins().fmul(x, s))
 }
 
 /// Zeroes the output row.

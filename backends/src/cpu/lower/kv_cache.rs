@@ -19,7 +19,11 @@
 //! (plus a scalar tail); entries of another float dtype are converted on
 //! the way as the `dtype` module loads and stores them (`f32 → f16`
 //! rounds to nearest even, as the reference's `Tensor::cast` does), in
-//! vectors of four. `f32` and `f16` caches and entries are handled.
+//! vectors of four. `f32` and `f16` caches and entries are handled, and
+//! `i8` caches in the q8 row format (rows of `d + 4` bytes): each new row
+//! is quantized by its own scale on the way, in the reference's order (the
+//! maximum magnitude ignoring NaNs, `scale = max / 127`, then `q =
+//! clamp(nearest(x / scale), -127, 127)` saturated to `i8`), scalar.
 //!
 //! A position that has no slot — without a window `pos < 0` or `pos + s >
 //! C` (the context is full), with one `pos < 0` — makes the kernel return
@@ -39,9 +43,9 @@
 //! Both kernels are exact (data movement, integer arithmetic and the
 //! reference's rounding), use no scratch and never trap on data.
 
-use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
-use slmcc_ir::ops::kv_cache::KvLayout;
+use slmcc_ir::ops::kv_cache::{KvLayout, Q8_SCALE_BYTES};
 use slmcc_ir::DType;
 
 use super::{dtype, movement, unsupported, NodeSig};
@@ -49,13 +53,15 @@ use crate::cpu::emit::{Access, KernelBuilder, Ptr, Width, STATUS_CONTEXT_FULL};
 use crate::cpu::CpuError;
 
 /// The static shapes of either op: `heads = b · h`, capacity `c`, `s` new
-/// entries per head, `d` elements per entry.
+/// entries per head, `d` elements per entry, `row` elements per cache slot
+/// (`d`, or `d + 4` bytes in a q8 cache).
 #[derive(Clone, Copy, Debug)]
 struct Dims {
     heads: usize,
     c: usize,
     s: usize,
     d: usize,
+    row: usize,
 }
 
 /// Checks the operands (what `infer` guarantees, and the dtypes the
@@ -65,7 +71,17 @@ fn dims(op: &str, layout: &KvLayout, sig: &NodeSig) -> Result<Dims, CpuError> {
         return Err(unsupported(op, "without exactly three operands"));
     };
     let (cs, ns) = (&cache.shape, &new.shape);
-    if cs.len() != 4 || ns.len() != 4 || cs[0] != ns[0] || cs[1] != ns[1] || cs[3] != ns[3] {
+    let scale_bytes = if cache.dtype == DType::I8 {
+        Q8_SCALE_BYTES
+    } else {
+        0
+    };
+    if cs.len() != 4
+        || ns.len() != 4
+        || cs[0] != ns[0]
+        || cs[1] != ns[1]
+        || cs[3] != ns[3] + scale_bytes
+    {
         return Err(unsupported(
             op,
             format!("with cache {cs:?} and new entries {ns:?}"),
@@ -94,7 +110,8 @@ fn dims(op: &str, layout: &KvLayout, sig: &NodeSig) -> Result<Dims, CpuError> {
         heads: cs[0] * cs[1],
         c: cs[2],
         s: ns[2],
-        d: cs[3],
+        d: ns[3],
+        row: cs[3],
     })
 }
 
@@ -109,7 +126,7 @@ pub fn kv_write(kb: &mut KernelBuilder, layout: &KvLayout, sig: &NodeSig) -> Res
     let dm = dims("kv_write", layout, sig)?;
     let (cache_dt, new_dt) = (sig.inputs[0].dtype, sig.inputs[1].dtype);
     let handled = |d: DType| matches!(d, DType::F32 | DType::F16);
-    if !handled(cache_dt) || !handled(new_dt) {
+    if !(handled(cache_dt) || cache_dt == DType::I8) || !handled(new_dt) {
         return Err(unsupported(
             "kv_write",
             format!("with a {cache_dt} cache and {new_dt} entries"),
@@ -133,7 +150,7 @@ pub fn kv_write(kb: &mut KernelBuilder, layout: &KvLayout, sig: &NodeSig) -> Res
     }
     let (cache, new, out) = (kb.buf(0), kb.buf(1), kb.buf(3));
     let elsewhere = kb.b.ins().icmp(IntCC::NotEqual, cache, out);
-    let total = dm.heads * dm.c * dm.d;
+    let total = dm.heads * dm.c * dm.row;
     kb.if_then(elsewhere, |kb| {
         movement::copy(kb, &[total], ceb, cache, vec![1], out, vec![1])
     })?;
@@ -146,13 +163,25 @@ pub fn kv_write(kb: &mut KernelBuilder, layout: &KvLayout, sig: &NodeSig) -> Res
         from_bytes: neb,
         to_bytes: ceb,
     };
+    let row = dm.row as i64;
+    // Moves `rows` consecutive rows of one head from `src` to `dst`.
+    let rows = |kb: &mut KernelBuilder, src: Value, dst: Value, rows: usize| {
+        if cache_dt != DType::I8 {
+            return convert.run(kb, src, dst, rows * dm.d);
+        }
+        kb.for_n(rows, |kb, r| {
+            let from = kb.index(src, r, d * neb);
+            let to = kb.index(dst, r, row);
+            encode_q8_row(kb, new_dt, neb, from, to, dm.d)
+        })
+    };
     if layout.window == 0 {
         // Slots pos .. pos + s: one run of s · d elements per head.
-        let first = kb.index(out, pos, d * ceb);
+        let first = kb.index(out, pos, row * ceb);
         return kb.for_n(dm.heads, |kb, n| {
             let src = kb.index(new, n, s * d * neb);
-            let dst = kb.index(first, n, c * d * ceb);
-            convert.run(kb, src, dst, dm.s * dm.d)
+            let dst = kb.index(first, n, c * row * ceb);
+            rows(kb, src, dst, dm.s)
         });
     }
     let (sinks, window) = (layout.sinks, layout.window);
@@ -167,12 +196,12 @@ pub fn kv_write(kb: &mut KernelBuilder, layout: &KvLayout, sig: &NodeSig) -> Res
     kb.b.def_var(slot, first);
     kb.for_n(dm.s, |kb, i| {
         let sl = kb.b.use_var(slot);
-        let row = kb.index(out, sl, d * ceb);
+        let slot_row = kb.index(out, sl, row * ceb);
         let src_row = kb.index(new, i, d * neb);
         kb.for_n(dm.heads, |kb, n| {
             let src = kb.index(src_row, n, s * d * neb);
-            let dst = kb.index(row, n, c * d * ceb);
-            convert.run(kb, src, dst, dm.d)
+            let dst = kb.index(slot_row, n, c * row * ceb);
+            rows(kb, src, dst, 1)
         })?;
         let next = kb.b.ins().iadd_imm_s(sl, 1);
         let wrap = kb.b.ins().icmp_imm_s(IntCC::Equal, next, c);
@@ -181,6 +210,53 @@ pub fn kv_write(kb: &mut KernelBuilder, layout: &KvLayout, sig: &NodeSig) -> Res
         kb.b.def_var(slot, next);
         Ok(())
     })
+}
+
+/// Quantizes the `d` entries of `new_dt` at `src` into the q8 row at
+/// `dst`: `d` values, then the `f32` scale (see the module doc).
+fn encode_q8_row(
+    kb: &mut KernelBuilder,
+    new_dt: DType,
+    neb: i64,
+    src: Value,
+    dst: Value,
+    d: usize,
+) -> Result<(), CpuError> {
+    let at = |addr| Ptr { addr, splat: false };
+    let max = kb.b.declare_var(types::F32);
+    let zero = kb.b.ins().f32const(0.0);
+    kb.b.def_var(max, zero);
+    kb.for_n(d, |kb, c| {
+        let p = kb.index(src, c, neb);
+        let x = dtype::load(kb, new_dt, at(p), Width::Scalar)?;
+        let a = kb.b.ins().fabs(x);
+        let m = kb.b.use_var(max);
+        // Greater only: a NaN never becomes the maximum.
+        let gt = kb.b.ins().fcmp(FloatCC::GreaterThan, a, m);
+        let m = kb.b.ins().select(gt, a, m);
+        kb.b.def_var(max, m);
+        Ok(())
+    })?;
+    let m = kb.b.use_var(max);
+    let qmax = kb.b.ins().f32const(127.0);
+    let scale = kb.b.ins().fdiv(m, qmax);
+    kb.for_n(d, |kb, c| {
+        let p = kb.index(src, c, neb);
+        let x = dtype::load(kb, new_dt, at(p), Width::Scalar)?;
+        let y = kb.b.ins().fdiv(x, scale);
+        let y = kb.b.ins().nearest(y);
+        let lo = kb.b.ins().f32const(-127.0);
+        let y = kb.b.ins().fmax(y, lo);
+        let y = kb.b.ins().fmin(y, qmax);
+        let q = kb.b.ins().fcvt_to_sint_sat(types::I32, y);
+        let q = kb.b.ins().ireduce(types::I8, q);
+        let to = kb.index(dst, c, 1);
+        kb.store(q, at(to));
+        Ok(())
+    })?;
+    let to = kb.offset(dst, d as i64);
+    kb.store(scale, at(to));
+    Ok(())
 }
 
 /// How entries move from the new-entries dtype to the cache's.

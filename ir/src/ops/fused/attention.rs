@@ -15,7 +15,10 @@
 //! `[b, hkv, t, dv]`, the result `[b, hq, s, dv]`. `q`, `k` and `v` are
 //! floats and the result has `q`'s dtype; `k` and `v` share one dtype,
 //! which may differ from `q`'s (an `f32` query over an `f16` KV cache,
-//! read as it is stored: every operand is converted exactly to `f32`). `b`, `s`, `t` (and the others) may be
+//! read as it is stored: every operand is converted exactly to `f32`).
+//! `k` and `v` may also be an INT8 cache in the q8 row format of
+//! [`kv_cache`](crate::ops::kv_cache): `i8[b, hkv, t, d + 4]` and
+//! `i8[b, hkv, t, dv + 4]`, each row read as its values times its scale. `b`, `s`, `t` (and the others) may be
 //! symbolic; equal dims must be equal expressions. `hkv` must equal
 //! `kv_heads`, and `hq` must be a multiple of it (provably, for a symbolic
 //! `hq`). The optional `mask` is `bool` or `q`'s dtype, of rank <= 4, and
@@ -55,6 +58,7 @@ use crate::dtype::DType;
 use crate::ops::broadcast::{broadcast_shapes, source_indices};
 use crate::ops::constant::f32_as_f64;
 use crate::ops::fused_util::infer_on_tensors;
+use crate::ops::kv_cache::{q8_decode_all, Q8_SCALE_BYTES};
 use crate::ops::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
 use crate::shape::{Shape, TensorType};
 use crate::tensor::Tensor;
@@ -138,12 +142,16 @@ impl OpDef for Attention {
         check_arity("attention", inputs.len(), 3, 4)?;
         self.check_attrs()?;
         let (q, k, v) = (&inputs[0].ty, &inputs[1].ty, &inputs[2].ty);
-        if !q.dtype.is_float() || !k.dtype.is_float() || v.dtype != k.dtype {
-            bail!("`attention` needs float q, and k and v of one float dtype, got {q}, {k}, {v}");
+        let q8 = k.dtype == DType::I8;
+        if !q.dtype.is_float() || !(k.dtype.is_float() || q8) || v.dtype != k.dtype {
+            bail!("`attention` needs float q, and k and v of one float dtype (or q8 i8), got {q}, {k}, {v}");
         }
         let (qd, kd, vd) = (rank4("q", q)?, rank4("k", k)?, rank4("v", v)?);
         let (b, hq, s, d) = (&qd[0], &qd[1], &qd[2], &qd[3]);
-        let (t, dv) = (&kd[2], &vd[3]);
+        // A q8 row holds its scale after the values.
+        let scale_bytes = Dim::fixed(if q8 { Q8_SCALE_BYTES as i64 } else { 0 });
+        let (t, dv) = (&kd[2], &(&vd[3] - &scale_bytes));
+        let kd3 = &kd[3] - &scale_bytes;
         if &kd[0] != b || &vd[0] != b {
             bail!("`attention` batch dims differ: q {q}, k {k}, v {v}");
         }
@@ -163,7 +171,7 @@ impl OpDef for Attention {
         if &vd[2] != t {
             bail!("`attention` k and v differ in length: k {k}, v {v}");
         }
-        if &kd[3] != d {
+        if &kd3 != d {
             bail!("`attention` q and k differ in head dim: q {q}, k {k}");
         }
         if let Some(m) = inputs.get(3) {
@@ -186,9 +194,17 @@ impl OpDef for Attention {
         let [nb, hq, s, d] = q.shape()[..] else {
             bail!("`attention` q must have rank 4");
         };
-        let (hkv, t, dv) = (k.shape()[1], k.shape()[2], v.shape()[3]);
+        let (hkv, t) = (k.shape()[1], k.shape()[2]);
         let group = hq / hkv;
-        let (qv, kv, vv) = (q.to_f32_vec(), k.to_f32_vec(), v.to_f32_vec());
+        let (kv, vv) = match k.dtype() {
+            DType::I8 => (q8_decode_all(k)?, q8_decode_all(v)?),
+            _ => (k.to_f32_vec(), v.to_f32_vec()),
+        };
+        let dv = match k.dtype() {
+            DType::I8 => v.shape()[3] - Q8_SCALE_BYTES,
+            _ => v.shape()[3],
+        };
+        let qv = q.to_f32_vec();
         // The mask, broadcast to [b, hq, s, t]: additive values or keep flags.
         let scores_shape = [nb, hq, s, t];
         let (add_mask, keep_mask) = match inputs.get(3) {
@@ -474,6 +490,35 @@ mod tests {
         assert_eq!(r[0].dtype(), DType::F32);
         let want = eval_checked(&op, &[&q, &f(&k), &f(&v)]);
         assert_eq!(r[0].to_f32_vec(), want[0].to_f32_vec());
+        // An INT8 (q8) cache is the attention of its decoded rows.
+        let q8 = |t: &Tensor| {
+            let [b, h, n, d] = t.shape()[..] else {
+                panic!()
+            };
+            let mut bytes = vec![0i8; b * h * n * (d + Q8_SCALE_BYTES)];
+            for (row, out) in t
+                .to_f32_vec()
+                .chunks(d)
+                .zip(bytes.chunks_mut(d + Q8_SCALE_BYTES))
+            {
+                crate::ops::kv_cache::q8_encode(row, out);
+            }
+            Tensor::new(
+                vec![b, h, n, d + Q8_SCALE_BYTES],
+                crate::tensor::TensorData::I8(bytes),
+            )
+            .unwrap()
+        };
+        let (kq, vq) = (q8(&k), q8(&v));
+        let dq = |t: &Tensor| {
+            let mut s = t.shape().to_vec();
+            s[3] -= Q8_SCALE_BYTES;
+            Tensor::from_f32(s, q8_decode_all(t).unwrap())
+        };
+        let r = eval_checked(&op, &[&q, &kq, &vq]);
+        let want = eval_checked(&op, &[&q, &dq(&kq), &dq(&vq)]);
+        assert_eq!(r[0].shape(), want[0].shape());
+        assert_eq!(r[0].to_f32_vec(), want[0].to_f32_vec());
     }
 
     #[test]
@@ -533,7 +578,7 @@ mod tests {
         // k and v may be half with an f32 q, but not of two dtypes.
         let k16 = fact(DType::F16, vec![d(1), d(2), sym("t"), d(64)]);
         assert!(err(&[&q, &k16, &k]).contains("dtype"));
-        let ki = fact(DType::I8, vec![d(1), d(2), sym("t"), d(64)]);
+        let ki = fact(DType::I32, vec![d(1), d(2), sym("t"), d(64)]);
         assert!(err(&[&q, &ki, &ki]).contains("float"));
         let qi = fact(DType::I64, vec![d(1), d(8), sym("seq"), d(64)]);
         assert!(err(&[&qi, &k, &k]).contains("float"));

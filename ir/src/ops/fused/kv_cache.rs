@@ -15,6 +15,15 @@
 //! even), `pos` is the `i64` absolute position of the step's first token
 //! (rank 0, or `[1]`). `kv_mask` reads only the shapes of `cache` and `new`.
 //!
+//! **The INT8 cache.** An `i8` cache is `[b, h, C, d + 4]` in the *q8 row*
+//! format: each entry (row) of `d` values is quantized on its own, per
+//! head and token, to `q = clamp(round_half_even(x / scale), -127, 127)`
+//! with `scale = max|x| / 127` (the maximum ignoring NaNs; a NaN quotient,
+//! as for an all-zero row, gives 0), and stored as the `d` values `q`
+//! followed by the four bytes of `scale` (`f32`, little-endian). A row
+//! reads back as `q · scale` ([`q8_decode`]). `attention` reads such a
+//! cache as it is stored.
+//!
 //! **Slots.** Without a window (`window = 0`) position `p` lives in slot `p`
 //! and writing `p >= C` is an error (the context is full). With a window
 //! `W > 0` (StreamingLLM: `sinks = S` first tokens kept for good, then a
@@ -41,7 +50,52 @@ use crate::dtype::DType;
 use crate::ops::fused_util::infer_on_tensors;
 use crate::ops::{bail, check_arity, EvalCtx, Fact, OpBuild, OpDef, OpError};
 use crate::shape::{Shape, TensorType};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorData};
+
+/// The bytes that follow a q8 row's values: its `f32` scale.
+pub const Q8_SCALE_BYTES: usize = 4;
+
+/// Quantizes `row` (`d` values) into `out` (`d + 4` bytes) in the q8 row
+/// format (see the module doc).
+pub fn q8_encode(row: &[f32], out: &mut [i8]) {
+    let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = max / 127.0;
+    for (q, &x) in out.iter_mut().zip(row) {
+        *q = (x / scale).round_ties_even().clamp(-127.0, 127.0) as i8;
+    }
+    for (b, v) in out[row.len()..].iter_mut().zip(scale.to_le_bytes()) {
+        *b = v as i8;
+    }
+}
+
+/// The values of a q8 row (`d + 4` bytes) into `out` (`d` values).
+pub fn q8_decode(row: &[i8], out: &mut [f32]) {
+    let d = out.len();
+    let b = |i: usize| row[d + i] as u8;
+    let scale = f32::from_le_bytes([b(0), b(1), b(2), b(3)]);
+    for (o, &q) in out.iter_mut().zip(row) {
+        *o = f32::from(q) * scale;
+    }
+}
+
+/// Every row of a q8 tensor (`[..., d + 4]`, `i8`) decoded to `f32`
+/// (`[..., d]`, flattened).
+pub fn q8_decode_all(t: &Tensor) -> Result<Vec<f32>, OpError> {
+    let (TensorData::I8(bytes), Some(&last)) = (t.data(), t.shape().last()) else {
+        bail!("a q8 cache must be i8 of rank >= 1, got {}", t.dtype());
+    };
+    let Some(d) = last.checked_sub(Q8_SCALE_BYTES) else {
+        bail!("a q8 row needs at least {Q8_SCALE_BYTES} bytes, got {last}");
+    };
+    let mut out = vec![0f32; bytes.len() / last.max(1) * d];
+    for (row, o) in bytes
+        .chunks_exact(last.max(1))
+        .zip(out.chunks_exact_mut(d.max(1)))
+    {
+        q8_decode(row, o);
+    }
+    Ok(out)
+}
 
 /// How positions map to slots: the attributes both ops share.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,15 +198,20 @@ impl KvLayout {
         check_arity(op, inputs.len(), 3, 3)?;
         self.check()?;
         let (cache, new, pos) = (&inputs[0].ty, &inputs[1].ty, &inputs[2].ty);
-        if !cache.dtype.is_float() || !new.dtype.is_float() {
-            bail!("`{op}` needs float cache and new entries, got {cache} and {new}");
+        let q8 = cache.dtype == DType::I8;
+        if !(cache.dtype.is_float() || q8) || !new.dtype.is_float() {
+            bail!("`{op}` needs a float or i8 (q8) cache and float new entries, got {cache} and {new}");
         }
         if cache.rank() != 4 || new.rank() != 4 {
             bail!("`{op}` needs rank-4 cache [b, h, slots, d] and new [b, h, s, d], got {cache} and {new}");
         }
         let (c, n) = (cache.shape.dims(), new.shape.dims());
-        if c[0] != n[0] || c[1] != n[1] || c[3] != n[3] {
-            bail!("`{op}` cache {cache} and new {new} differ in batch, heads or head dim");
+        let row = match q8 {
+            true => &n[3] + &Dim::fixed(Q8_SCALE_BYTES as i64),
+            false => n[3].clone(),
+        };
+        if c[0] != n[0] || c[1] != n[1] || c[3] != row {
+            bail!("`{op}` cache {cache} and new {new} differ in batch, heads or head dim (a q8 cache's rows are d + 4 bytes)");
         }
         if pos.dtype != DType::I64
             || pos.rank() > 1
@@ -212,6 +271,9 @@ impl OpDef for KvWrite {
             bail!("`kv_write` cache must have rank 4");
         };
         let s = new.shape()[2];
+        if cache.dtype() == DType::I8 {
+            return self.write_q8(cache, &new.to_f32_vec(), s, pos);
+        }
         // Entries are converted to the cache's dtype first.
         let new = new.cast(cache.dtype()).to_f32_vec();
         let mut out = cache.to_f32_vec();
@@ -229,6 +291,38 @@ impl OpDef for KvWrite {
         Ok(vec![
             Tensor::from_f32(vec![b, h, cap, d], out).cast(cache.dtype())
         ])
+    }
+}
+
+impl KvWrite {
+    /// `kv_write` into a q8 cache: each new row quantized into its slot.
+    fn write_q8(
+        &self,
+        cache: &Tensor,
+        new: &[f32],
+        s: usize,
+        pos: i64,
+    ) -> Result<Vec<Tensor>, OpError> {
+        let [b, h, cap, row] = cache.shape()[..] else {
+            bail!("`kv_write` cache must have rank 4");
+        };
+        let TensorData::I8(bytes) = cache.data() else {
+            bail!("`kv_write` q8 cache must be i8");
+        };
+        let d = row - Q8_SCALE_BYTES;
+        let mut out = bytes.clone();
+        for i in 0..s {
+            let p = pos + i as i64;
+            let Some(slot) = self.layout.slot(p, cap as i64) else {
+                bail!("`kv_write`: position {p} does not fit the cache of {cap} slots (the context is full)");
+            };
+            for n in 0..b * h {
+                let src = &new[(n * s + i) * d..][..d];
+                q8_encode(src, &mut out[(n * cap + slot as usize) * row..][..row]);
+            }
+        }
+        Ok(vec![Tensor::new(vec![b, h, cap, row], TensorData::I8(out))
+            .map_err(|e| OpError(e.to_string()))?])
     }
 }
 
@@ -309,6 +403,36 @@ mod tests {
 
     fn new(vals: &[f32]) -> Tensor {
         Tensor::from_f32(vec![1, 1, vals.len() / 2, 2], vals.to_vec())
+    }
+
+    /// A q8 cache: each written row is its values rounded by the row's
+    /// own scale, followed by the scale; rows decode within half a step.
+    #[test]
+    fn q8_rows_round_per_row_and_hold_their_scale() {
+        let op = KvWrite::default();
+        let cache = Tensor::zeros(DType::I8, vec![1, 1, 3, 6]);
+        let rows = new(&[0.5, -1.27, 100.0, 0.0]);
+        let out = ev(op, &[&cache, &rows, &Tensor::scalar_i64(1)]);
+        let TensorData::I8(b) = out.data() else {
+            panic!()
+        };
+        assert_eq!(&b[..6], &[0; 6], "slot 0 untouched");
+        assert_eq!(&b[6..8], &[50, -127]);
+        assert_eq!(&b[8..12], &(1.27f32 / 127.0).to_le_bytes().map(|x| x as i8));
+        assert_eq!(&b[12..14], &[127, 0]);
+        let back = q8_decode_all(&out).unwrap();
+        assert_eq!(back.len(), 6);
+        assert!((back[2] - 0.5).abs() <= 0.01 / 2.0 && back[3] == -1.27);
+        assert_eq!(&back[4..], &[100.0, 0.0]);
+        // An all-zero row has scale 0 and decodes to zeros.
+        let out = ev(op, &[&cache, &new(&[0.0, 0.0]), &Tensor::scalar_i64(0)]);
+        assert_eq!(&q8_decode_all(&out).unwrap()[..2], &[0.0, 0.0]);
+        // Rows must be d + 4 bytes.
+        let bad = Tensor::zeros(DType::I8, vec![1, 1, 3, 2]);
+        let err = op
+            .eval(&[&bad, &rows, &Tensor::scalar_i64(0)], &EvalCtx::default())
+            .unwrap_err();
+        assert!(err.0.contains("d + 4"), "{err}");
     }
 
     #[test]
