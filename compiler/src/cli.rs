@@ -118,6 +118,8 @@ pub enum QuantKeep {
 pub enum KvDtype {
     F32,
     F16,
+    /// INT8 per head and token, each row with its own scale.
+    I8,
 }
 
 /// `--prefill-logits`.
@@ -268,6 +270,11 @@ pub struct EvalPplArgs {
     /// Quantize the model first (`quantize` after fusion), as `compile` does.
     #[command(flatten)]
     pub quant: QuantArgs,
+    /// Score through a static KV cache of this element type (the kv-cache
+    /// pass, one window per step from position 0): what a cache's rounding
+    /// costs. Without it, the model runs with no cache.
+    #[arg(long, value_enum)]
+    pub kv_dtype: Option<KvDtype>,
 }
 
 const NPU_AFTER_HELP: &str = "\
@@ -700,7 +707,8 @@ pub struct KvArgs {
     #[arg(long, value_name = "S", default_value_t = 0, value_parser = clap::value_parser!(i64).range(0..))]
     pub kv_sinks: i64,
     /// The cache's element type (f16: half the cache memory and bytes
-    /// read; attention widens each element as it loads it).
+    /// read; i8: INT8 per head and token with the row's scale, about a
+    /// quarter; attention reads either as stored).
     #[arg(long, value_enum, default_value_t = KvDtype::F32)]
     pub kv_dtype: KvDtype,
     /// Which rows of a step get logits: the chunk's last token (the one
@@ -720,6 +728,7 @@ impl KvArgs {
             dtype: match self.kv_dtype {
                 KvDtype::F32 => slmcc_ir::DType::F32,
                 KvDtype::F16 => slmcc_ir::DType::F16,
+                KvDtype::I8 => slmcc_ir::DType::I8,
             },
             ..KvCacheOptions::default()
         };

@@ -404,7 +404,8 @@ fn profiled_mb(err: &str, op: &str) -> f64 {
 
 /// `--kv-dtype f16`: attention reads the cache as stored, so it moves half
 /// the bytes of an `f32` cache, no `cast` converts the cache at each step,
-/// and the tokens are those of the `f32` cache on this model.
+/// and the tokens are those of the `f32` cache on this model. `--kv-dtype
+/// i8` reads its q8 rows as stored too.
 #[test]
 fn an_f16_cache_is_read_as_stored() {
     let model = repo().join("testdata/models/llama.onnx");
@@ -441,4 +442,13 @@ fn an_f16_cache_is_read_as_stored() {
         casts < 0.01 * half,
         "cast MB {casts} beside attention {half}:\n{f16_profile}"
     );
+    // An INT8 cache: a row of this model's 16-wide heads is 16 bytes and
+    // its 4-byte scale, 20/32 of the f16 row; still no cast.
+    let (_, i8_profile) = generate("i8");
+    let q8 = profiled_mb(&i8_profile, "attention");
+    assert!(
+        (q8 / half - 0.625).abs() < 0.02,
+        "attention MB: f16 {half}, i8 {q8}"
+    );
+    assert!(profiled_mb(&i8_profile, "cast") < 0.01 * q8, "{i8_profile}");
 }

@@ -9,6 +9,12 @@
 //! negative log-likelihood. The protocol is the one the trained test
 //! decoder's recipe (`testdata/models/trained/train.py`) uses with torch
 //! and onnxruntime, so the numbers compare.
+//!
+//! With `--kv-dtype`, the fused (and quantized) graph gets a static KV
+//! cache of that type and `--window` slots (the `kv-cache` pass), and each
+//! window runs as one step from position 0 over an empty cache: attention
+//! then reads every key and value from the cache, as stored, so the score
+//! includes what the cache's rounding costs.
 
 use std::time::Instant;
 
@@ -22,8 +28,9 @@ use super::load::{
     calibrate, encode_text_file, entry_graph, execute, load_module, prepare_quantized,
     read_token_ids, Backend,
 };
-use crate::cli::{EvalAction, EvalArgs, EvalPplArgs, QuantScheme};
+use crate::cli::{EvalAction, EvalArgs, EvalPplArgs, KvDtype, QuantScheme};
 use crate::exit::CmdResult;
+use slmcc_passes::transforms::kv_cache::POSITION_INPUT;
 
 pub fn run(args: EvalArgs) -> CmdResult {
     match args.action {
@@ -85,17 +92,40 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
     let cpu = a.threads.cpu_options();
     calibrate(&mut module, &a.quant, &quant, &a.model, &cpu)?;
     prepare_quantized(&mut module, quant, &a.model)?;
+    if let Some(dt) = a.kv_dtype {
+        let dtype = match dt {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::I8 => "i8",
+        };
+        slmcc_passes::run_pipeline(
+            &mut module,
+            &format!("kv-cache{{max-context={window},dtype={dtype}}}"),
+        )
+        .with_context(|| format!("{}", a.model.display()))?;
+    }
     let graph = entry_graph(&module)?;
-    let input = graph
-        .inputs
-        .iter()
-        .map(|&v| graph.value(v).name.as_str())
-        .collect::<Vec<_>>();
-    if input != ["input_ids"] {
-        bail!(
-            "{}: eval ppl feeds one input, `input_ids`; the model takes {input:?}",
-            a.model.display()
-        );
+    // Besides `input_ids`, only the cache's inputs: position 0, empty caches.
+    let mut state = Vec::new();
+    for &v in &graph.inputs {
+        let value = graph.value(v);
+        let (name, ty) = (value.name.as_str(), &value.ty);
+        match name {
+            "input_ids" => {}
+            POSITION_INPUT if a.kv_dtype.is_some() => {
+                state.push((name.to_string(), Tensor::scalar_i64(0)))
+            }
+            _ if a.kv_dtype.is_some() && name.starts_with("past.") => {
+                let shape = ty.shape.as_fixed().ok_or_else(|| {
+                    anyhow!("{}: cache %{name} is not static: {ty}", a.model.display())
+                })?;
+                state.push((name.to_string(), Tensor::zeros(ty.dtype, shape.to_vec())));
+            }
+            _ => bail!(
+                "{}: eval ppl feeds `input_ids` (and a cache's inputs with --kv-dtype); the model also takes %{name}",
+                a.model.display()
+            ),
+        }
     }
     let backend = Backend::from(a.backend);
     let start = Instant::now();
@@ -103,10 +133,11 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
     // On cpu every window has one shape: compiled once.
     let mut runner: Option<JitRunner> = None;
     for (i, w) in ids.chunks_exact(window).enumerate() {
-        let inputs = [(
+        let mut inputs = vec![(
             "input_ids".to_string(),
             Tensor::from_i64(vec![1, window], w.to_vec()),
         )];
+        inputs.extend(state.iter().cloned());
         let at = |e: &dyn std::fmt::Display| anyhow!("{}: window {i}: {e}", a.model.display());
         let result = match backend {
             Backend::Cpu => {

@@ -4,7 +4,7 @@
 
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
-use slmcc_ir::ops::kv_cache::{KvLayout, KvMask, KvWrite};
+use slmcc_ir::ops::kv_cache::{KvLayout, KvMask, KvWrite, Q8_SCALE_BYTES};
 use slmcc_ir::{DType, Dim, Graph, Module, Node, Op, Shape, TensorType, ValueId};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
@@ -38,9 +38,9 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "dtype",
-        kind: OptionKind::Enum(&["f32", "f16"]),
+        kind: OptionKind::Enum(&["f32", "f16", "i8"]),
         default: "f32",
-        help: "the cache's element type: f32 or f16",
+        help: "the cache's element type: f32, f16 or i8 (INT8 per head and token, with the row's scale: the q8 rows of `kv_write`)",
     },
     OptionSpec {
         name: "symbol",
@@ -65,8 +65,10 @@ pub fn cache_names(l: usize, which: &str) -> (String, String) {
 ///   step's first token, and per attention `l` the inputs `%past.l.key`,
 ///   `%past.l.value` (`[b, kv_heads, C, head_dim]`, `C` = `max-context`,
 ///   or `sinks + window` with a window; `dtype`, except that `f16` keys
-///   and values, from a half-precision model, always get an `f16` cache:
-///   wider slots would hold the same values); a layer whose attention
+///   and values, from a half-precision model, get an `f16` cache rather
+///   than an `f32` one: wider slots would hold the same values; an `i8`
+///   cache is `[b, kv_heads, C, head_dim + 4]`, in `kv_write`'s q8 rows,
+///   one scale per head and token); a layer whose attention
 ///   has the model's own sliding window `w` (Mistral, Gemma 2's local
 ///   layers) gets a ring of `w + max-chunk - 1` slots when that is smaller,
 ///   and its `kv_mask` keeps only the last `w` positions (`span = w`);
@@ -143,10 +145,10 @@ impl KvCacheOptions {
             max_chunk: o.int("max-chunk"),
             window: o.int("window"),
             sinks: o.int("sinks"),
-            dtype: if o.str("dtype") == "f16" {
-                DType::F16
-            } else {
-                DType::F32
+            dtype: match o.str("dtype") {
+                "f16" => DType::F16,
+                "i8" => DType::I8,
+                _ => DType::F32,
             },
             symbol: o.str("symbol").to_string(),
         };
@@ -162,9 +164,9 @@ impl KvCacheOptions {
                 self.sinks
             ));
         }
-        if !matches!(self.dtype, DType::F32 | DType::F16) {
+        if !matches!(self.dtype, DType::F32 | DType::F16 | DType::I8) {
             return Err(format!(
-                "pass `kv-cache`: dtype {} is not f32 or f16",
+                "pass `kv-cache`: dtype {} is not f32, f16 or i8",
                 self.dtype
             ));
         }
@@ -367,8 +369,8 @@ fn rewrite_graph(
                             .map_err(|e| failed("kv-cache", format!("graph @{}: {e}", g.name)))?;
                     }
                 }
-                let dtype = match g.ty(k).dtype {
-                    DType::F16 => DType::F16,
+                let dtype = match (g.ty(k).dtype, dtype) {
+                    (DType::F16, DType::F32) => DType::F16,
                     _ => dtype,
                 };
                 let kc = write_cache(g, l, "key", k, pos, capacity, dtype, layout)?;
@@ -580,13 +582,18 @@ fn write_cache(
             ),
         ));
     }
+    // A q8 row holds the row's scale after its values.
+    let row = match dtype {
+        DType::I8 => &nd[3] + &Dim::fixed(Q8_SCALE_BYTES as i64),
+        _ => nd[3].clone(),
+    };
     let ty = TensorType::new(
         dtype,
         Shape(vec![
             nd[0].clone(),
             nd[1].clone(),
             Dim::fixed(capacity),
-            nd[3].clone(),
+            row,
         ]),
     );
     let (past, present) = cache_names(l, which);
