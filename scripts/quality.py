@@ -10,7 +10,8 @@ testdata/generated/minilm.onnx). Builds slmcc in release mode first unless --slm
 Per row (a quantization scheme of `slmcc compile/eval --quant`):
 * perplexity of the trained decoder (testdata/models/trained/llama_trained.onnx) on its
   held-out text: `slmcc eval ppl MODEL --text heldout.txt --tokenizer tokenizer.json
-  --backend cpu [--quant Q]`, and its change from FP32 in %;
+  --backend cpu [--quant Q]` (the INT8 KV cache rows add `--kv-dtype i8`: every window
+  scored through the cache), and its change from FP32 in %;
 * MiniLM cosine: all-MiniLM-L6-v2 (real trained weights) run with `slmcc run --backend cpu
   [--quant Q]` (round to nearest: MiniLM has no calibration text here) on 16 sentences (the held-out text's first 16 paragraphs of 40 or more
   characters, up to 64 tokens); the mean-pooled embedding of each compared with FP32's by
@@ -60,7 +61,9 @@ ROWS = [
      ["--quant-fallback", "10", *CALIB]),
     ("W4A8, GPTQ + mixed precision (10% more bytes)", "w4a8",
      [*method("gptq"), "--quant-fallback", "10"]),
-    ("best + INT8 KV cache", None, []),
+    ("W8A8, round to nearest + INT8 KV cache", "w8a8", ["--kv-dtype", "i8"]),
+    ("W4A8, GPTQ + mixed precision + INT8 KV cache", "w4a8",
+     [*method("gptq"), "--quant-fallback", "10", "--kv-dtype", "i8"]),
 ]
 
 
