@@ -113,27 +113,31 @@ fn gptq_beats_round_to_nearest_at_4_bits() {
     assert!(gptq < rtn, "gptq {gptq} vs rtn {rtn}");
 }
 
-/// SmoothQuant (W8A8) and AWQ (W4A8), calibrated on text from the
-/// training split, keep the trained model within the budgets; a package
-/// names the smoothing in its pipeline. (On this model, whose activations
-/// have no outlier channels, both stay within noise of round-to-nearest:
-/// docs/QUALITY.md.)
+/// SmoothQuant (W8A8), calibrated on text from the training split, keeps
+/// the trained model within the budget; a package names the smoothing in
+/// its pipeline. (On this model, whose activations have no outlier
+/// channels, it stays within noise of round-to-nearest, as AWQ does:
+/// docs/QUALITY.md. AWQ's search, O(K²) per candidate, is left to the
+/// unit tests in `smooth.rs` and `scripts/quality.py`: it takes minutes in
+/// a debug build.)
 #[test]
-fn smoothquant_and_awq_stay_within_the_budgets() {
+fn smoothquant_stays_within_the_budget() {
     let fp32 = recorded();
     let calib = CALIB_16;
-    for (quant, method, budget) in [("w8a8", "smoothquant", 0.005), ("w4a8", "awq", 0.05)] {
-        let got = ppl(&[&["--quant", quant, "--quant-method", method][..], &calib].concat());
-        let change = got / fp32 - 1.0;
-        eprintln!(
-            "{quant} {method}: perplexity {got:.4}, {:+.2}% from fp32",
-            100.0 * change
-        );
-        assert!(
-            change.abs() < budget,
-            "{quant} {method}: {got} vs fp32 {fp32}"
-        );
-    }
+    let got = ppl(&[
+        &["--quant", "w8a8", "--quant-method", "smoothquant"][..],
+        &calib,
+    ]
+    .concat());
+    let change = got / fp32 - 1.0;
+    eprintln!(
+        "w8a8 smoothquant: perplexity {got:.4}, {:+.2}% from fp32",
+        100.0 * change
+    );
+    assert!(
+        change.abs() < 0.005,
+        "w8a8 smoothquant: {got} vs fp32 {fp32}"
+    );
     let dir = std::env::temp_dir().join(format!("slmcc-smooth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pkg = dir.join("sq.slmpkg");
