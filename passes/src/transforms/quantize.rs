@@ -17,8 +17,9 @@ use slmcc_ir::{DType, Graph, Module, Op, TensorType, ValueDef, ValueId, WeightSt
 
 use self::glu::QWeight;
 use self::gptq::Gptq;
-use self::rtn::{Rtn, Scheme, WeightQuantizer};
-use self::smooth::{Rounding, Smooth};
+use self::rtn::Rounding;
+use self::rtn::{Rtn, WeightQuantizer};
+use self::smooth::Smooth;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
 use crate::transforms::fresh_weight_name;
@@ -381,6 +382,14 @@ struct Config {
 }
 
 impl Config {
+    /// The bits and group asked for.
+    fn rounding(&self) -> Rounding {
+        Rounding {
+            bits: self.bits,
+            group: self.group,
+        }
+    }
+
     /// The mixed-precision fallback's precision: 4-bit weights at 8 bits
     /// (per output channel); `None` for 8-bit ones, which stay `f32`.
     fn higher(&self) -> Option<Config> {
@@ -416,11 +425,7 @@ impl Pass for Quantize {
         let cfg = self.options.config();
         stats.add("weight-bytes-before", weight_bytes(&module.weights));
         if let Some(how) = self.options.smooth {
-            let rounding = Rounding {
-                bits: cfg.bits,
-                group: cfg.group,
-            };
-            let done = smooth::smooth(module, how, rounding, cfg.keep_lm_head)
+            let done = smooth::smooth(module, how, cfg.rounding(), cfg.keep_lm_head)
                 .map_err(|e| failed("quantize", format!("smoothing: {e}")))?;
             stats.add("sites-smoothed", done.sites);
             stats.add("sites-not-smoothed", done.skipped);
@@ -477,8 +482,7 @@ impl Pass for Quantize {
                 let Some(w) = weight_operand(g, i) else {
                     continue;
                 };
-                let is_output = g.outputs.contains(&g.nodes[i].outputs[0]);
-                if (cfg.keep_lm_head && is_output) || g.ty(g.nodes[i].inputs[0]).rank() < 2 {
+                if kept_in_f32(g, i, cfg.keep_lm_head) {
                     count.kept += 1;
                     continue;
                 }
@@ -609,6 +613,13 @@ fn glu_weights(g: &Graph, i: usize) -> Option<Vec<String>> {
         .collect()
 }
 
+/// Whether the weight `matmul` node `i` stays unquantized: the LM head (a
+/// graph output) under `keep_lm_head`, or a product of a vector.
+fn kept_in_f32(g: &Graph, i: usize, keep_lm_head: bool) -> bool {
+    let node = &g.nodes[i];
+    (keep_lm_head && g.outputs.contains(&node.outputs[0])) || g.ty(node.inputs[0]).rank() < 2
+}
+
 /// For a `matmul` node, the name of its second operand when that is a 2-D
 /// float module weight (and the first a float operand).
 fn weight_operand(g: &Graph, i: usize) -> Option<String> {
@@ -642,11 +653,8 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
     if k == 0 {
         return Err(format!("weight @{name} has no rows"));
     }
-    let group = if cfg.group == 0 { k } else { gcd(k, cfg.group) };
-    let scheme = Scheme {
-        bits: cfg.bits,
-        group,
-    };
+    let scheme = cfg.rounding().scheme(k);
+    let group = scheme.group;
     let qw =
         match cfg.method {
             Method::Rtn => Rtn
@@ -680,14 +688,6 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
         scale: (s_name, s_ty),
         op,
     })
-}
-
-pub(crate) fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
 }
 
 fn fixed_type(dtype: DType, shape: &[usize]) -> TensorType {

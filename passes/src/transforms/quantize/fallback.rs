@@ -18,7 +18,7 @@ use slmcc_ir::{DType, Module, Op, Tensor};
 
 use super::rtn::{Rtn, Scheme, WeightQuantizer};
 use super::smooth::output_error;
-use super::{gcd, glu_weights, weight_operand, Config, Glus, HESSIAN_SUFFIX};
+use super::{glu_weights, kept_in_f32, weight_operand, Config, Glus, HESSIAN_SUFFIX};
 
 /// What [`choose`] decided.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -46,11 +46,8 @@ pub(super) fn choose(module: &Module, cfg: &Config, percent: u8) -> Result<Chose
         for i in 0..g.nodes.len() {
             let weights = match g.nodes[i].op {
                 Op::Glu(_) if cfg.glus != Glus::Keep => glu_weights(g, i),
-                Op::MatMul(_) => {
-                    let is_output = g.outputs.contains(&g.nodes[i].outputs[0]);
-                    let kept =
-                        (cfg.keep_lm_head && is_output) || g.ty(g.nodes[i].inputs[0]).rank() < 2;
-                    weight_operand(g, i).filter(|_| !kept).map(|w| vec![w])
+                Op::MatMul(_) if !kept_in_f32(g, i, cfg.keep_lm_head) => {
+                    weight_operand(g, i).map(|w| vec![w])
                 }
                 _ => None,
             };
@@ -98,11 +95,8 @@ fn unit(module: &Module, cfg: &Config, weights: Vec<String>) -> Result<Unit, Str
             [k, n] if k > 0 && n > 0 => (k, n),
             _ => return Err(format!("weight @{w} is not a non-empty matrix")),
         };
-        let group = if cfg.group == 0 { k } else { gcd(k, cfg.group) };
-        let scheme = Scheme {
-            bits: cfg.bits,
-            group,
-        };
+        let scheme = cfg.rounding().scheme(k);
+        let group = scheme.group;
         sensitivity += relative_error(module, w, &data, scheme)?;
         let (k, n) = (k as u64, n as u64);
         let (low, high) = match cfg.bits {

@@ -15,6 +15,39 @@ pub struct Scheme {
     pub group: usize,
 }
 
+/// How `quantize` is asked to round: bits, and the rows per scale (0: per
+/// output channel), which each weight narrows to its [`Scheme`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rounding {
+    /// 8 or 4.
+    pub bits: u8,
+    /// Rows of `K` per scale; 0: per output channel.
+    pub group: usize,
+}
+
+impl Rounding {
+    /// The scheme of a weight of `k` rows: the group is `gcd(k, group)`
+    /// (the requested group when it divides `k`), or `k` for 0.
+    pub fn scheme(&self, k: usize) -> Scheme {
+        let group = match self.group {
+            0 => k,
+            g => gcd(k, g),
+        };
+        Scheme {
+            bits: self.bits,
+            group,
+        }
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 /// The operands `qmatmul` takes for a weight `w: f32[K, N]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuantizedWeight {

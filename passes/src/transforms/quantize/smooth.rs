@@ -35,7 +35,7 @@ use std::collections::HashMap;
 
 use slmcc_ir::{DType, Graph, Module, Op, OpDef, Tensor, ValueDef, ValueId};
 
-use super::rtn::{Rtn, Scheme, WeightQuantizer};
+use super::rtn::{Rounding, Rtn, Scheme, WeightQuantizer};
 use super::{calibration_points, ABSMAX_SUFFIX, HESSIAN_SUFFIX};
 
 /// How [`smooth`] chooses the scales.
@@ -45,15 +45,6 @@ pub enum Smooth {
     SmoothQuant { alpha_percent: u8 },
     /// AWQ's search.
     Awq,
-}
-
-/// How `quantize` will round the weights (AWQ searches for that rounding).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rounding {
-    /// 8 or 4.
-    pub bits: u8,
-    /// Rows of `K` per scale; 0: per output channel.
-    pub group: usize,
 }
 
 /// The sites [`smooth`] changed and those it left.
@@ -373,14 +364,7 @@ fn awq_search(
         .iter()
         .map(|w| weight_data(module, w))
         .collect::<Result<_, _>>()?;
-    let group = match rounding.group {
-        0 => k,
-        g => super::gcd(k, g),
-    };
-    let scheme = Scheme {
-        bits: rounding.bits,
-        group,
-    };
+    let scheme = rounding.scheme(k);
     let mut best: Option<(f64, Vec<f32>)> = None;
     let mut plain = 0.0;
     let mut chosen = 0.0;
