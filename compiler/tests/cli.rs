@@ -132,6 +132,45 @@ fn expect_bad_input_from(o: std::process::Output, args: &[&str], want: &str) {
     assert!(stdout(&o).is_empty());
 }
 
+/// The crashes fuzzing found (testdata/malformed/fuzz: each file is a fuzz
+/// target's input, its first byte the target's mode), given to the
+/// commands that read such files: each is refused on one line, exit 2.
+#[test]
+fn inputs_found_by_fuzzing_are_refused() {
+    let dir = std::env::temp_dir().join(format!("slmcc-cli-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |case: &str, name: &str| -> String {
+        let bytes =
+            std::fs::read(common::repo().join("testdata/malformed/fuzz").join(case)).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes[1..]).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let npy = file("tensor_readers/npy-shape-closes-first", "ids.npy");
+    expect_bad_input(
+        &[
+            "run",
+            "testdata/models/qwen2.onnx",
+            "--input",
+            &format!("input_ids={npy}"),
+        ],
+        "malformed 'shape'",
+    );
+    let tok = file("tokenizer/json-syntax-error-in-decoder", "tokenizer.json");
+    expect_bad_input(
+        &[
+            "generate",
+            "testdata/models/trained/llama_trained.onnx",
+            "--tokenizer",
+            &tok,
+            "--prompt",
+            "hi",
+        ],
+        "not a tokenizer.json: key must be a string",
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn malformed_ir_is_rejected_with_position() {
     expect_bad_input(

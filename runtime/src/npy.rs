@@ -100,8 +100,12 @@ pub fn from_bytes(bytes: &[u8]) -> Result<Tensor, String> {
         return Err("Fortran-ordered arrays are not supported".to_string());
     }
     let shape_text = field("shape")?;
-    let close = shape_text.find(')').ok_or("malformed 'shape'")?;
-    let shape = shape_text[1..close]
+    let dims = shape_text
+        .strip_prefix('(')
+        .and_then(|s| s.split_once(')'))
+        .map(|(dims, _)| dims)
+        .ok_or("malformed 'shape'")?;
+    let shape = dims
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -174,5 +178,12 @@ mod tests {
         f64_file.extend_from_slice(&1f64.to_le_bytes());
         let e = from_bytes(&f64_file).unwrap_err();
         assert!(e.contains("'<f8'"), "{e}");
+        // Found by fuzzing: a shape that closes before it opens.
+        let header = "{'descr': '<i8', 'fortran_order': False, 'shape': )63,=), }\n";
+        let mut bad_shape = b"\x93NUMPY\x01\x00".to_vec();
+        bad_shape.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bad_shape.extend_from_slice(header.as_bytes());
+        let e = from_bytes(&bad_shape).unwrap_err();
+        assert!(e.contains("malformed 'shape'"), "{e}");
     }
 }

@@ -15,7 +15,7 @@ pub mod pin;
 mod profile;
 mod report;
 mod run;
-mod tokenize;
+use slmcc::tokenize;
 
 use crate::cli::Command;
 use crate::exit::CmdResult;

@@ -13,7 +13,14 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn load(path: &Path) -> anyhow::Result<Tokenizer> {
-        let inner = tokenizers::Tokenizer::from_file(path)
+        let bytes = std::fs::read(path)
+            .map_err(|e| anyhow!("{}: cannot read the tokenizer: {e}", path.display()))?;
+        // The file is parsed as JSON first: the tokenizers crate panics on
+        // some syntax errors inside its sections (found by fuzzing,
+        // testdata/malformed/fuzz/tokenizer).
+        serde_json::from_slice::<serde_json::Value>(&bytes)
+            .map_err(|e| anyhow!("{}: not a tokenizer.json: {e}", path.display()))?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
             .map_err(|e| anyhow!("{}: cannot load the tokenizer: {e}", path.display()))?;
         Ok(Tokenizer {
             inner,
