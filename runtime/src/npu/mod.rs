@@ -8,9 +8,10 @@
 //! npu-sim`). With [`NpuBackend::Model`] (`--backend npu-sim`) each
 //! product runs on a functional model of its own, which reads the
 //! weights in place. With [`NpuBackend::Board`] (`--backend npu`) they run
-//! on the board's NPU, through one device that all of them share. When
-//! there is no device, or a call fails, the products run on their CPU
-//! kernels, and that is said once.
+//! on the board's NPU, through one device that all of them share. A call
+//! that fails is tried once more. When there is no device, or a call
+//! fails twice, the products run on their CPU kernels, and that is said
+//! once.
 
 pub mod product;
 
@@ -25,7 +26,9 @@ use slmcc_ir::verify::node_label;
 use slmcc_ir::{Graph, Module, TensorData, ValueDef, ValueId};
 
 use crate::exec::{Kernel, KernelArgs, KernelError, KernelSet};
-use crate::npu_device::{open_board, ModelDevice, NpuBuffer, NpuDevice, SharedBytes, PAGE};
+use crate::npu_device::{
+    open_board, shared_device, ModelDevice, NpuBuffer, NpuDevice, SharedBytes, PAGE,
+};
 use crate::package::Package;
 pub use product::LoadedProduct;
 use product::OperandData;
@@ -50,6 +53,9 @@ pub struct NpuLowered {
     pub weights: HashMap<String, NpuWeight>,
     pub programs: HashMap<String, Vec<ProductProgram>>,
     pub board: BoardSession,
+    /// Set once a call on a functional model failed twice: all graphs'
+    /// products then run on the CPU (a board's session has its own).
+    pub model_failed: Rc<Cell<bool>>,
 }
 
 impl NpuLowered {
@@ -66,6 +72,7 @@ impl NpuLowered {
             weights: weights.into_iter().map(|w| (w.name.clone(), w)).collect(),
             programs,
             board: BoardSession::default(),
+            model_failed: Rc::default(),
         })
     }
 
@@ -86,6 +93,7 @@ impl NpuLowered {
             weights: pkg.npu_weights(),
             programs,
             board: BoardSession::default(),
+            model_failed: Rc::default(),
         })
     }
 }
@@ -272,8 +280,9 @@ static NO_DEVICE_SAID: AtomicBool = AtomicBool::new(false);
 pub struct NpuKernels {
     cpu: Box<dyn KernelSet>,
     npu: HashMap<usize, Rc<RefCell<LoadedProduct>>>,
-    /// On a board's device: set once an NPU call failed, after which the
-    /// products run their CPU kernels.
+    /// Set once an NPU call failed twice, after which the products run
+    /// their CPU kernels (shared with the board's session, whose other
+    /// graphs then fall back too).
     npu_failed: Option<Rc<Cell<bool>>>,
 }
 
@@ -331,7 +340,8 @@ impl NpuKernels {
                 ),
                 None => {
                     let dev = ModelDevice::new(MODEL_BASE, program_bytes(program));
-                    let mut session = NpuSession::new(Rc::new(RefCell::new(dev)));
+                    let mut session =
+                        NpuSession::new(shared_device(dev).map_err(|e| at(e.to_string()))?);
                     load_product(module, graph, program, &lowered.weights, &mut session)
                 }
             }
@@ -347,7 +357,10 @@ impl NpuKernels {
             graph.name,
             kernels.npu.len()
         );
-        kernels.npu_failed = board.map(|session| session.borrow().failed.clone());
+        kernels.npu_failed = Some(match board {
+            Some(session) => session.borrow().failed.clone(),
+            None => lowered.model_failed.clone(),
+        });
         Ok(kernels)
     }
 
@@ -406,10 +419,18 @@ impl KernelSet for NpuKernels {
                 let y = std::slice::from_raw_parts_mut(yp as *mut f32, y_len);
                 (x, y)
             };
-            let done = l.call(x, y).map_err(|e| {
-                tracing::debug!("NPU task failed: {e}");
-                KernelError("an NPU task failed (SLMCC_LOG=debug says why)")
-            });
+            // A failed call is tried once more (a transient fault), then
+            // the products fall back to their CPU kernels.
+            let done = l
+                .call(x, y)
+                .or_else(|e| {
+                    tracing::debug!("NPU call failed: {e}; trying once more");
+                    l.call(x, y)
+                })
+                .map_err(|e| {
+                    tracing::debug!("NPU call failed again: {e}");
+                    KernelError("an NPU call failed twice (SLMCC_LOG=debug says why)")
+                });
             match (done, &fallback) {
                 (Err(e), Some((cpu, failed))) => {
                     if !failed.replace(true) {

@@ -11,6 +11,7 @@
 //! answer.
 
 mod drm;
+pub mod fault;
 pub mod rknpu;
 pub mod rocket;
 
@@ -92,6 +93,8 @@ pub enum DeviceError {
     Program(slmcc_backends::npu::regcmd::BufferError),
     #[error("a command list's address passes 32 bits once relocated to its buffers")]
     AddressOverflow,
+    #[error("{0}")]
+    FaultPlan(String),
 }
 
 /// An NPU that runs register command lists.
@@ -125,16 +128,29 @@ pub fn open_board() -> Result<Rc<RefCell<dyn NpuDevice>>, DeviceError> {
         e => e.to_string(),
     };
     let rocket = match rocket::RocketDevice::open() {
-        Ok(d) => return Ok(Rc::new(RefCell::new(d))),
+        Ok(d) => return shared_device(d),
         Err(e) => why(e),
     };
     match rknpu::RknpuDevice::open() {
-        Ok(d) => Ok(Rc::new(RefCell::new(d))),
+        Ok(d) => shared_device(d),
         Err(e) => Err(DeviceError::NoDevice(format!(
             "rocket: {rocket}; rknpu: {}",
             why(e)
         ))),
     }
+}
+
+/// `dev` as the runtime holds it: behind the fault plan of
+/// [`fault::FAULT_ENV`] when the build injects faults and a plan is set.
+pub fn shared_device<D: NpuDevice + 'static>(
+    dev: D,
+) -> Result<Rc<RefCell<dyn NpuDevice>>, DeviceError> {
+    Ok(
+        match fault::Fault::from_env().map_err(DeviceError::FaultPlan)? {
+            Some(f) => Rc::new(RefCell::new(fault::FaultyDevice::new(dev, f))),
+            None => Rc::new(RefCell::new(dev)),
+        },
+    )
 }
 
 /// Checks that `[offset, offset + len)` lies in a buffer of `size` bytes.

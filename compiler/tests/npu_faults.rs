@@ -1,0 +1,162 @@
+//! Faults injected into the NPU path (`SLMCC_NPU_FAULT`, the test builds'
+//! `fault-injection` feature: runtime/src/npu_device/fault.rs) end in
+//! correct output or a clear error, never a hang or a silent wrong answer:
+//! a transient submit failure is retried; a persistent one, or a timeout,
+//! falls back to the CPU kernels, said once; a corrupted output tile is
+//! caught by `golden check`, which names the layer.
+#![cfg(feature = "fault-injection")]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use common::{repo, stderr, stdout};
+
+const INPUT: &str = "input_ids=goldens/qwen2/seq11/input_ids.npy";
+const FALLBACK: &str = "the quantized products run on the CPU from now on";
+
+fn slmcc_with(fault: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slmcc"))
+        .args(args)
+        .current_dir(repo())
+        .env("SLMCC_NPU_FAULT", fault)
+        .env("SLMCC_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run slmcc")
+}
+
+/// The qwen2 W8A8 rk3588 packages (bucket 11, and with a KV cache), made
+/// once per test.
+fn packages(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("slmcc-faults-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pkg, kv) = (dir.join("qwen2.slmpkg"), dir.join("qwen2-kv.slmpkg"));
+    for (extra, out) in [("--buckets=11", &pkg), ("--kv-cache", &kv)] {
+        let o = slmcc_with(
+            "",
+            &[
+                "compile",
+                "testdata/models/qwen2.onnx",
+                "--target",
+                "rk3588",
+                "--quant",
+                "w8a8",
+                extra,
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    (pkg, kv)
+}
+
+#[test]
+fn failed_and_timed_out_submits_are_retried_then_run_on_the_cpu() {
+    let (pkg, kv) = packages("fail");
+    let (pkg, kv) = (pkg.to_str().unwrap(), kv.to_str().unwrap());
+    let run = |fault: &str, backend: &str| {
+        let o = slmcc_with(fault, &["run", pkg, "--backend", backend, "--input", INPUT]);
+        assert!(o.status.success(), "{fault}: {}", stderr(&o));
+        (stdout(&o), stderr(&o))
+    };
+    let (cpu, _) = run("", "cpu");
+    let (npu, log) = run("", "npu-sim");
+    assert_eq!(npu, cpu);
+    assert!(!log.contains(FALLBACK), "{log}");
+    // Transient: each product's first submit fails, its retry succeeds,
+    // and nothing falls back.
+    let (out, log) = run("fail-once", "npu-sim");
+    assert_eq!(out, cpu, "fail-once");
+    assert!(!log.contains(FALLBACK), "fail-once: {log}");
+    // Persistent, or a driver's timeout: the retry fails too, the
+    // products run on the CPU from then on, said once.
+    for fault in ["fail", "timeout"] {
+        let (out, log) = run(fault, "npu-sim");
+        assert_eq!(out, cpu, "{fault}");
+        assert_eq!(log.matches(FALLBACK).count(), 1, "{fault}: {log}");
+    }
+    // Decoding with the KV cache, step after step, falls back alike.
+    let generate = |fault: &str, backend: &str| {
+        let args = [
+            "generate",
+            kv,
+            "--prompt-ids",
+            "1,2,3,4,5",
+            "--max-new-tokens",
+            "8",
+            "--backend",
+            backend,
+        ];
+        let o = slmcc_with(fault, &args);
+        assert!(o.status.success(), "{fault}: {}", stderr(&o));
+        (stdout(&o), stderr(&o))
+    };
+    let (tokens, _) = generate("", "cpu");
+    let (faulty, log) = generate("fail", "npu-sim");
+    assert_eq!(faulty, tokens);
+    assert_eq!(log.matches(FALLBACK).count(), 1, "{log}");
+}
+
+#[test]
+fn a_corrupted_output_tile_is_caught_by_the_golden_check_naming_the_layer() {
+    let (pkg, _) = packages("corrupt");
+    let pkg = pkg.to_str().unwrap();
+    let run = |fault: &str, backend: &str| {
+        let o = slmcc_with(fault, &["run", pkg, "--backend", backend, "--input", INPUT]);
+        assert!(o.status.success(), "{fault}: {}", stderr(&o));
+        stdout(&o)
+    };
+    // Silent: the run succeeds with other logits.
+    assert_ne!(run("corrupt", "npu-sim"), run("", "cpu"));
+    let check = |fault: &str| {
+        slmcc_with(
+            fault,
+            &[
+                "golden",
+                "check",
+                "goldens/qwen2",
+                "--backend",
+                "npu-sim",
+                "--quant",
+                "w8a8",
+            ],
+        )
+    };
+    let clean = check("");
+    assert!(clean.status.success(), "{}", stderr(&clean));
+    let o = check("corrupt");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("first divergence: goldens/qwen2 seq5 layer `model.layers.0`"),
+        "{out}"
+    );
+    assert!(out.contains("model.embed_tokens"), "{out}");
+}
+
+#[test]
+fn an_unknown_fault_plan_is_refused() {
+    let o = slmcc_with(
+        "sometimes",
+        &[
+            "run",
+            "testdata/models/qwen2.onnx",
+            "--backend",
+            "npu-sim",
+            "--quant",
+            "w8a8",
+            "--input",
+            INPUT,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("SLMCC_NPU_FAULT=sometimes: expected fail-once, fail, timeout or corrupt"),
+        "{}",
+        stderr(&o)
+    );
+}
