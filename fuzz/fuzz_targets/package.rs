@@ -1,0 +1,52 @@
+//! The package loader: `Package::open` (header, digests, sections,
+//! versions), then the module and every bucket's NPU programs, as `run`
+//! loads them. The first byte picks how the rest is used:
+//! - even: the rest is a package file, as it is (mostly refused by the
+//!   header and digest checks);
+//! - odd: the rest is a package whose manifest and weights are read as
+//!   the header places them and sealed again (fresh digests), so that the
+//!   manifest's contents reach the checks behind the digests.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use slmcc_fuzz::write;
+use slmcc_runtime::package::{self, Manifest, Package};
+
+/// (manifest, weights) of a package file whose header is whole, by its
+/// offsets and lengths, clamped to the file.
+fn parts(file: &[u8]) -> Option<(Manifest, &[u8])> {
+    let at = |o: usize| -> Option<usize> {
+        usize::try_from(u64::from_le_bytes(file.get(o..o + 8)?.try_into().ok()?)).ok()
+    };
+    let (moff, mlen, woff, wlen) = (at(16)?, at(24)?, at(32)?, at(40)?);
+    let manifest = file.get(moff..moff.checked_add(mlen)?)?;
+    let weights = file.get(woff.min(file.len())..woff.saturating_add(wlen).min(file.len()))?;
+    let mut m = Manifest::decode(manifest).ok()?;
+    m.weight_sections = None;
+    Some((m, weights))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, file)) = data.split_first() else {
+        return;
+    };
+    let bytes = if mode % 2 == 0 {
+        file.to_vec()
+    } else {
+        match parts(file) {
+            Some((manifest, weights)) => package::encode(&manifest, weights),
+            None => return,
+        }
+    };
+    let path = write("model.slmpkg", &bytes);
+    let Ok(pkg) = Package::open(&path) else {
+        return;
+    };
+    let Ok(module) = pkg.module() else {
+        return;
+    };
+    for g in &module.graphs {
+        let _ = pkg.npu_programs(&module, &g.name);
+    }
+});
