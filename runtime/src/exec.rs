@@ -370,6 +370,7 @@ impl Executor {
             }
             let kernel = kernels
                 .kernel(g, n)
+                .and_then(|k| crate::kernel_fault::wrap(g, n, k))
                 .map_err(|m| err(Some(node_label(g, n)), m))?;
             steps.push(Step {
                 node: n,

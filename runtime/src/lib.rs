@@ -30,6 +30,7 @@ pub mod estimate;
 pub mod exec;
 pub mod interp;
 pub mod jit;
+pub mod kernel_fault;
 pub mod native;
 pub mod npu;
 pub mod npu_device;

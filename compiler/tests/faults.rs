@@ -1,9 +1,14 @@
-//! Faults injected into the NPU path (`SLMCC_NPU_FAULT`, the test builds'
-//! `fault-injection` feature: runtime/src/npu_device/fault.rs) end in
-//! correct output or a clear error, never a hang or a silent wrong answer:
-//! a transient submit failure is retried; a persistent one, or a timeout,
-//! falls back to the CPU kernels, said once; a corrupted output tile is
-//! caught by `golden check`, which names the layer.
+//! Faults injected in the test builds (the `fault-injection` feature).
+//!
+//! Into the NPU path (`SLMCC_NPU_FAULT`, runtime/src/npu_device/fault.rs):
+//! they end in correct output or a clear error, never a hang or a silent
+//! wrong answer. A transient submit failure is retried; a persistent one,
+//! or a timeout, falls back to the CPU kernels, said once; a corrupted
+//! output tile is caught by `golden check`, which names the layer.
+//!
+//! Into one kernel's result (`SLMCC_KERNEL_FAULT`,
+//! runtime/src/kernel_fault.rs): `golden check` fails and names the first
+//! layer the change reaches.
 #![cfg(feature = "fault-injection")]
 
 mod common;
@@ -17,10 +22,14 @@ const INPUT: &str = "input_ids=goldens/qwen2/seq11/input_ids.npy";
 const FALLBACK: &str = "the quantized products run on the CPU from now on";
 
 fn slmcc_with(fault: &str, args: &[&str]) -> Output {
+    slmcc_env(&[("SLMCC_NPU_FAULT", fault)], args)
+}
+
+fn slmcc_env(env: &[(&str, &str)], args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_slmcc"))
         .args(args)
         .current_dir(repo())
-        .env("SLMCC_NPU_FAULT", fault)
+        .envs(env.iter().copied())
         .env("SLMCC_LOG", "warn")
         .env("NO_COLOR", "1")
         .output()
@@ -159,4 +168,43 @@ fn an_unknown_fault_plan_is_refused() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Two rows of one kernel's result swapped: the FP32 check on `cpu` and
+/// the W8A8 check on `npu-sim` fail at the layer that holds the kernel.
+#[test]
+fn a_mutated_kernel_result_fails_the_golden_check_at_its_layer() {
+    let check = |fault: &str, backend: &[&str]| {
+        let mut args = vec!["golden", "check", "goldens/qwen2", "--backend"];
+        args.extend_from_slice(backend);
+        slmcc_env(&[("SLMCC_KERNEL_FAULT", fault)], &args)
+    };
+    for backend in [&["cpu"][..], &["npu-sim", "--quant", "w8a8"]] {
+        let clean = check("", backend);
+        assert!(clean.status.success(), "{backend:?}: {}", stderr(&clean));
+        for (fault, layer) in [
+            ("swap-rows:rope", "model.layers.0"),
+            ("swap-rows:attention#1", "model.layers.1"),
+            ("swap-rows:rms_norm", "model.layers.0"),
+        ] {
+            let o = check(fault, backend);
+            assert_eq!(
+                o.status.code(),
+                Some(1),
+                "{fault} {backend:?}: {}",
+                stderr(&o)
+            );
+            assert!(
+                stderr(&o).contains("mutating the result of node"),
+                "{}",
+                stderr(&o)
+            );
+            let want = format!("first divergence: goldens/qwen2 seq5 layer `{layer}`");
+            assert!(
+                stdout(&o).contains(&want),
+                "{fault} {backend:?}: {}",
+                stdout(&o)
+            );
+        }
+    }
 }
