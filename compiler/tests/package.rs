@@ -125,6 +125,51 @@ fn racing_compiles_of_one_path_never_expose_a_partial_package() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Two `generate` processes on one package at once: both map it read-only
+/// and give the tokens one process alone gives.
+#[test]
+fn two_generate_processes_share_one_package() {
+    let dir = tmpdir("shared");
+    let pkg = dir.join("kv.slmpkg");
+    let o = slmcc(&[
+        "compile",
+        "testdata/models/llama.onnx",
+        "--target",
+        "cpu",
+        "--kv-cache",
+        "--buckets",
+        "8",
+        "-o",
+        s(&pkg),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .args(["generate", s(&pkg), "--prompt-ids", "1,2,3,4,5"])
+            .args(["--max-new-tokens", "24", "--backend", "cpu"])
+            .current_dir(repo())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let tokens = |c: std::process::Child| {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let alone = tokens(spawn());
+    let (a, b) = (spawn(), spawn());
+    assert_eq!(tokens(a), alone);
+    assert_eq!(tokens(b), alone);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn runs_on_the_golden_input_and_reports() {
     let dir = tmpdir("run");
