@@ -424,6 +424,17 @@ pub struct OptArgs {
     /// Run only the first N passes (to find which pass breaks a model).
     #[arg(long, value_name = "N")]
     pub bisect_limit: Option<usize>,
+    /// Print the IR before the named passes (comma-separated).
+    #[arg(long, value_name = "NAME,...")]
+    pub print_ir_before: Option<String>,
+    /// Print the IR as a failing pass left it.
+    #[arg(long)]
+    pub print_ir_after_failure: bool,
+    /// When a pass fails, write the IR before it to FILE, with the error
+    /// and the pipeline that replays it (`slmcc opt FILE --passes PASS`)
+    /// as comments at its top.
+    #[arg(long, value_name = "FILE")]
+    pub reproducer: Option<PathBuf>,
     /// Write the result here instead of stdout (`-`: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,

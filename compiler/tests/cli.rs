@@ -132,6 +132,62 @@ fn expect_bad_input_from(o: std::process::Output, args: &[&str], want: &str) {
     assert!(stdout(&o).is_empty());
 }
 
+/// `opt` checks its input before any pass (a pass is never blamed for its
+/// input); a failing pass writes a reproducer that replays the failure;
+/// `--print-ir-before` and `--print-ir-after-failure` print the module.
+#[test]
+fn opt_verifies_its_input_and_writes_a_reproducer() {
+    expect_bad_input(
+        &["opt", "testdata/malformed/wrong_result_type.slm", "--passes", "dce"],
+        "wrong_result_type.slm: invalid IR: graph @main, node %y: %y is declared f32[3] but `exp` gives f32[2]",
+    );
+    let dir = std::env::temp_dir().join(format!("slmcc-cli-repro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let repro = dir.join("repro.slm");
+    let repro = repro.to_str().unwrap();
+    let failure =
+        "pass `plan-memory`: requires a bucketed or planned module, but the module is symbolic";
+    let args = [
+        "opt",
+        "testdata/ir/attention_prologue.slm",
+        "--passes",
+        "shape-infer,dce,plan-memory",
+        "--reproducer",
+        repro,
+        "--print-ir-before",
+        "dce",
+        "--print-ir-after-failure",
+    ];
+    let o = slmcc(&args);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("; ----- IR before dce (2/3) -----"), "{err}");
+    assert!(
+        err.contains("; ----- IR after failure of plan-memory (3/3) -----"),
+        "{err}"
+    );
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with("error: testdata/ir/attention_prologue.slm: "),
+        "{last}"
+    );
+    assert!(last.contains(failure), "{last}");
+    assert!(
+        last.contains(&format!(
+            "reproducer, the IR before the pass with its replay command: {repro}"
+        )),
+        "{last}"
+    );
+    let text = std::fs::read_to_string(repro).unwrap();
+    assert!(
+        text.contains("; replay: slmcc opt THIS_FILE --passes 'plan-memory'"),
+        "{text}"
+    );
+    // The replay fails the same way, on the reproducer itself.
+    expect_bad_input(&["opt", repro, "--passes", "plan-memory"], failure);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The crashes fuzzing found (testdata/malformed/fuzz: each file is a fuzz
 /// target's input, its first byte the target's mode), given to the
 /// commands that read such files: each is refused on one line, exit 2.
@@ -309,11 +365,21 @@ fn failing_pass_names_file_and_node() {
     expect_bad_input(
         &[
             "opt",
+            "passes/filetests/quantize/needs-weight-data.slm",
+            "--passes",
+            "quantize{keep=none}",
+        ],
+        "needs-weight-data.slm: pass `quantize`: graph @main, node %y: weight @head has no data",
+    );
+    // An input no pass could take is refused before any pass runs.
+    expect_bad_input(
+        &[
+            "opt",
             "passes/filetests/shape-infer/error-names-node.slm",
             "--passes",
             "shape-infer",
         ],
-        "error-names-node.slm: pass `shape-infer`: graph @main, node %b: `matmul`",
+        "error-names-node.slm: invalid IR: graph @main, node %b: `matmul`",
     );
 }
 

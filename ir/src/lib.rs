@@ -34,5 +34,5 @@ pub use phase::Phase;
 pub use plan::{MemoryPlan, PlanError, Region, RegionSizes, TensorPlan};
 pub use shape::{Shape, TensorType};
 pub use tensor::{Tensor, TensorData};
-pub use verify::{verify_graph, verify_module, VerifyError};
+pub use verify::{verify_graph, verify_input, verify_module, VerifyError};
 pub use weights::{WeightError, WeightStore};

@@ -37,6 +37,25 @@ impl fmt::Display for VerifyError {
 
 /// Verifies every graph of the module.
 pub fn verify_module(module: &Module) -> Result<(), VerifyError> {
+    verify_module_with(module, UnknownDims::Refuse)
+}
+
+/// Verifies a module as the input of a pass pipeline (`slmcc opt`'s file):
+/// as [`verify_module`], except that a result declared with unknown dims
+/// (`?`, which `shape-infer` resolves) need only have the dtype and rank
+/// its op gives.
+pub fn verify_input(module: &Module) -> Result<(), VerifyError> {
+    verify_module_with(module, UnknownDims::Allow)
+}
+
+/// Whether a result may be declared with unknown dims.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UnknownDims {
+    Refuse,
+    Allow,
+}
+
+fn verify_module_with(module: &Module, unknown: UnknownDims) -> Result<(), VerifyError> {
     for (i, g) in module.graphs.iter().enumerate() {
         if module.graphs[..i].iter().any(|o| o.name == g.name) {
             return Err(VerifyError {
@@ -45,7 +64,7 @@ pub fn verify_module(module: &Module) -> Result<(), VerifyError> {
                 message: "graph name is used twice in the module".to_string(),
             });
         }
-        verify_graph(g, module)?;
+        verify_graph_with(g, module, unknown)?;
     }
     verify_buckets_and_plans(module)
 }
@@ -109,6 +128,10 @@ pub fn node_label(g: &Graph, n: usize) -> String {
 
 /// Verifies one graph against its module's weights.
 pub fn verify_graph(g: &Graph, module: &Module) -> Result<(), VerifyError> {
+    verify_graph_with(g, module, UnknownDims::Refuse)
+}
+
+fn verify_graph_with(g: &Graph, module: &Module, unknown: UnknownDims) -> Result<(), VerifyError> {
     let err = |node: Option<usize>, message: String| VerifyError {
         graph: g.name.clone(),
         node: node.map(|n| node_label(g, n)),
@@ -189,6 +212,11 @@ pub fn verify_graph(g: &Graph, module: &Module) -> Result<(), VerifyError> {
                 ));
             }
             defined_by_node[v.index()] = true;
+            let agrees = val.ty.dtype == fact.ty.dtype && val.ty.rank() == fact.ty.rank();
+            if val.ty.shape.is_unknown() && unknown == UnknownDims::Allow && agrees {
+                facts[v.index()] = Some(fact);
+                continue;
+            }
             if val.ty.shape.is_unknown() {
                 return Err(err(
                     Some(n),

@@ -63,6 +63,9 @@ pub enum PassError {
     /// The verifier rejected the module after a pass.
     #[error("verification failed after pass `{pass}`: {message}")]
     Verify { pass: String, message: String },
+    /// A pass panicked: a bug in the pass, reported as an error.
+    #[error("pass `{pass}` panicked (a bug in the pass): {message}")]
+    Panicked { pass: String, message: String },
 }
 
 /// A transformation or analysis over a whole module.

@@ -14,6 +14,23 @@ pub struct PipelineEntry {
     pub options: Vec<(String, String)>,
 }
 
+impl std::fmt::Display for PipelineEntry {
+    /// The entry as a pipeline writes it (`const-fold{max-elements=64}`),
+    /// which parses back to the same entry.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)?;
+        if !self.options.is_empty() {
+            let options: Vec<String> = self
+                .options
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            write!(f, "{{{}}}", options.join(","))?;
+        }
+        Ok(())
+    }
+}
+
 /// Characters an option value may hold besides name characters (numbers,
 /// paths).
 const VALUE_CHARS: &[char] = &['.', '+', '/'];
@@ -150,6 +167,13 @@ mod tests {
         );
         assert_eq!(p[1].name, "dce");
         assert!(parse_pipeline("b{buckets=1,}").is_err());
+        let text = p
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(text, "b{buckets=128,256,512,profile=data/p.txt},dce");
+        assert_eq!(parse_pipeline(&text).unwrap(), p);
     }
 
     #[test]

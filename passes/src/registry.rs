@@ -29,6 +29,10 @@ pub struct PassInfo {
     /// The phase the pass leaves the module in, when it guarantees one
     /// (checked by the pass manager).
     pub establishes: Option<Phase>,
+    /// Whether each graph's outputs keep their names (checked by the pass
+    /// manager: goldens and `run --output-dir` name files by them); false
+    /// only for a pass that changes a graph's interface by design.
+    pub keeps_outputs: bool,
     /// The counters the pass reports (`--pass-stats`), besides the
     /// manager's `plans-dropped`.
     pub statistics: fn() -> Vec<&'static str>,
@@ -46,6 +50,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Nothing,
         establishes: None,
+        keeps_outputs: true,
         statistics: || Vec::new(),
         create: |_| Ok(Box::new(verify::Verify)),
     },
@@ -56,6 +61,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["types-changed"],
         create: |_| Ok(Box::new(shape_infer::ShapeInfer)),
     },
@@ -66,6 +72,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["nodes-folded", "weights-transposed"],
         create: |o| Ok(Box::new(const_fold::ConstFold::from_options(o))),
     },
@@ -76,6 +83,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["nodes-removed"],
         create: |_| Ok(Box::new(dce::Dce)),
     },
@@ -86,6 +94,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["nodes-removed"],
         create: |_| Ok(Box::new(cse::Cse)),
     },
@@ -99,6 +108,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || eqsat::runner::STATISTICS.to_vec(),
         create: |o| Ok(Box::new(canonicalize::Canonicalize::from_options(o))),
     },
@@ -109,6 +119,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: eqsat_fuse::statistics,
         create: |o| Ok(Box::new(eqsat_fuse::EqsatFuse::from_options(o))),
     },
@@ -119,6 +130,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || {
             vec![
                 "weight-bytes-before",
@@ -144,6 +156,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Nothing,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["npu-nodes", "cpu-nodes", "npu-macs", "cpu-macs"],
         create: |o| Ok(Box::new(partition::Partition::from_options(o))),
     },
@@ -154,6 +167,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Symbolic,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: false,
         statistics: || vec!["graphs-cached", "layers-cached", "positions-shifted"],
         create: |o| Ok(Box::new(kv_cache::KvCache::from_options(o)?)),
     },
@@ -164,6 +178,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["graphs-rewritten", "graphs-skipped"],
         create: |o| Ok(Box::new(last_logits::LastLogits::from_options(o))),
     },
@@ -174,6 +189,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || widen_half::STATISTICS.to_vec(),
         create: |o| Ok(Box::new(widen_half::WidenHalf::from_options(o))),
     },
@@ -184,6 +200,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["graphs-specialized", "graphs-created", "nodes-folded", "nodes-removed"],
         create: |o| Ok(Box::new(bucket_specialize::BucketSpecialize::from_options(o))),
     },
@@ -194,6 +211,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Any,
         invalidates: Invalidates::Plans,
         establishes: None,
+        keeps_outputs: true,
         statistics: || vec!["weights-packed", "nodes-packed", "nodes-kept"],
         create: |o| Ok(Box::new(pack_weights::PackWeights::from_options(o))),
     },
@@ -204,6 +222,7 @@ pub static PASSES: &[PassInfo] = &[
         requires: Requires::Static,
         invalidates: Invalidates::Nothing,
         establishes: Some(Phase::Planned),
+        keeps_outputs: true,
         statistics: || vec!["graphs-planned", "arena-bytes", "lower-bound-bytes", "in-place"],
         create: |o| Ok(Box::new(plan_memory::PlanMemory::from_options(o))),
     },
@@ -254,6 +273,9 @@ fn phase_text(p: &PassInfo) -> String {
     );
     if let Some(phase) = p.establishes {
         out.push_str(&format!("; leaves the module {phase}"));
+    }
+    if !p.keeps_outputs {
+        out.push_str("; may change graph outputs");
     }
     out
 }

@@ -2,16 +2,23 @@
 //!
 //! Runs passes in order, and around each one: the bisect limit (passes past
 //! it are skipped and said so), timing, statistics, the verifier
-//! (`--verify-each`) and IR dumps (`--print-ir-after=all|change|NAME`).
+//! (`--verify-each`), the check that graph outputs keep their names, IR
+//! dumps (`--print-ir-before=NAME`, `--print-ir-after=all|change|NAME`,
+//! `--print-ir-after-failure`), a panic in a pass turned into an error
+//! naming it, and a crash reproducer (`--reproducer FILE`: the IR before
+//! the failing pass and the pipeline that replays it).
 
 use std::io::Write;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use slmcc_ir::text::print_module;
 use slmcc_ir::{verify_module, Module};
 
 use crate::pass::{Invalidates, Pass, PassError, Statistics};
-use crate::pipeline::parse_pipeline;
+use crate::pipeline::{parse_pipeline, PipelineEntry};
 use crate::registry::{create_entry, pass_names, PassInfo};
 
 /// When to print the IR after a pass.
@@ -52,9 +59,45 @@ impl PrintAfter {
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     pub print_ir_after: PrintAfter,
+    /// Print the IR before the passes with these names.
+    pub print_ir_before: Vec<String>,
+    /// Print the IR as a failing pass left it.
+    pub print_ir_after_failure: bool,
     pub verify_each: bool,
     /// Run only the first N passes of the pipeline (for bisecting a breakage).
     pub bisect_limit: Option<usize>,
+    /// When a pass fails, write the IR before it and the pipeline that
+    /// replays the failure here (see [`reproducer_text`]).
+    pub reproducer: Option<PathBuf>,
+}
+
+/// Checks the names of `--print-ir-before` (each a registered pass).
+pub fn parse_pass_names(flag: &str, text: &str) -> Result<Vec<String>, PassError> {
+    let names: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
+    let valid = pass_names();
+    if let Some(bad) = names.iter().find(|n| !valid.contains(&n.as_str())) {
+        return Err(PassError::Pipeline(format!(
+            "{flag}: unknown pass `{bad}` (one of: {})",
+            valid.join(", ")
+        )));
+    }
+    Ok(names)
+}
+
+/// A reproducer: the IR `before` the pass `entry` and a header saying what
+/// failed and how to replay it (`slmcc opt FILE --passes ENTRY`); the
+/// header lines are IR comments, so the file is itself the input.
+pub fn reproducer_text(entry: &str, error: &PassError, before: &str) -> String {
+    let mut out = String::new();
+    out.push_str("; slmcc reproducer: the IR before the failing pass\n");
+    for line in error.to_string().lines() {
+        out.push_str(&format!("; error: {line}\n"));
+    }
+    out.push_str(&format!(
+        "; replay: slmcc opt THIS_FILE --passes '{entry}'\n"
+    ));
+    out.push_str(before);
+    out
 }
 
 /// Parses `pipeline` and runs it on `module` with the verifier after every
@@ -88,17 +131,24 @@ pub struct PassRecord {
 /// phase must leave the module in it.
 pub struct PassManager {
     passes: Vec<(&'static PassInfo, Box<dyn Pass>)>,
+    /// Each pass as the pipeline wrote it (for reproducers).
+    entries: Vec<PipelineEntry>,
     options: RunOptions,
 }
 
 impl PassManager {
     /// Builds the pipeline a string describes.
     pub fn parse(pipeline: &str, options: RunOptions) -> Result<PassManager, PassError> {
-        let passes = parse_pipeline(pipeline)?
+        let entries = parse_pipeline(pipeline)?;
+        let passes = entries
             .iter()
             .map(create_entry)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(PassManager { passes, options })
+        Ok(PassManager {
+            passes,
+            entries,
+            options,
+        })
     }
 
     /// Runs every pass on `module`. Dumps and bisect notes go to `log`.
@@ -130,23 +180,62 @@ impl PassManager {
                 }
             }
             let _span = tracing::info_span!("pass", name).entered();
+            let printed_before = self.options.print_ir_before.iter().any(|n| n == name);
+            let input =
+                (printed_before || self.options.reproducer.is_some()).then(|| print_module(module));
+            if printed_before {
+                let text = input.as_deref().unwrap_or_default();
+                let _ = writeln!(
+                    log,
+                    "; ----- IR before {name} ({}/{total}) -----\n{text}",
+                    i + 1
+                );
+            }
             let mut stats = Statistics::default();
             let start = Instant::now();
-            check_required_phase(info, module)?;
-            let changed = pass.run(module, &mut stats)?;
-            debug_assert_declared(info, &stats);
-            if changed {
-                drop_invalidated(info, module, &mut stats);
-            }
-            check_established_phase(info, module)?;
-            let duration = start.elapsed();
+            let outputs = output_names(module);
+            let mut duration = Duration::ZERO;
+            let ran = check_required_phase(info, module)
+                .and_then(|()| run_catching_panics(name, pass.as_mut(), module, &mut stats))
+                .and_then(|changed| {
+                    duration = start.elapsed();
+                    debug_assert_declared(info, &stats);
+                    if changed {
+                        drop_invalidated(info, module, &mut stats);
+                    }
+                    check_established_phase(info, module)?;
+                    if info.keeps_outputs {
+                        check_output_names(name, &outputs, module)?;
+                    }
+                    if self.options.verify_each {
+                        verify_module(module).map_err(|e| PassError::Verify {
+                            pass: name.to_string(),
+                            message: e.to_string(),
+                        })?;
+                    }
+                    Ok(changed)
+                });
+            let changed = match ran {
+                Ok(changed) => changed,
+                Err(e) => {
+                    if self.options.print_ir_after_failure {
+                        let _ = writeln!(
+                            log,
+                            "; ----- IR after failure of {name} ({}/{total}) -----\n{}",
+                            i + 1,
+                            print_module(module)
+                        );
+                    }
+                    if let (Some(path), Some(input)) = (&self.options.reproducer, &input) {
+                        let text = reproducer_text(&self.entries[i].to_string(), &e, input);
+                        if let Err(io) = std::fs::write(path, text) {
+                            tracing::warn!("cannot write the reproducer {}: {io}", path.display());
+                        }
+                    }
+                    return Err(e);
+                }
+            };
             tracing::debug!(changed, ?duration, %stats, "pass finished");
-            if self.options.verify_each {
-                verify_module(module).map_err(|e| PassError::Verify {
-                    pass: name.to_string(),
-                    message: e.to_string(),
-                })?;
-            }
             let header = format!("; ----- IR after {name} ({}/{total}) -----", i + 1);
             match &self.options.print_ir_after {
                 PrintAfter::Never => {}
@@ -176,6 +265,90 @@ impl PassManager {
         }
         Ok(records)
     }
+}
+
+/// Runs `pass`, turning a panic into [`PassError::Panicked`] with its
+/// message and place (the panic is not printed: the error says it).
+fn run_catching_panics(
+    name: &str,
+    pass: &mut dyn Pass,
+    module: &mut Module,
+    stats: &mut Statistics,
+) -> Result<bool, PassError> {
+    let caught: Arc<Mutex<Option<String>>> = Arc::default();
+    let hook = panic::take_hook();
+    let sink = caught.clone();
+    panic::set_hook(Box::new(move |info| {
+        let message = match info.payload().downcast_ref::<&str>() {
+            Some(s) => s.to_string(),
+            None => match info.payload().downcast_ref::<String>() {
+                Some(s) => s.clone(),
+                None => "(no message)".to_string(),
+            },
+        };
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        if let Ok(mut slot) = sink.lock() {
+            slot.get_or_insert(format!("{message}{place}"));
+        }
+    }));
+    let result = panic::catch_unwind(AssertUnwindSafe(|| pass.run(module, stats)));
+    panic::set_hook(hook);
+    result.unwrap_or_else(|_| {
+        let message = caught.lock().ok().and_then(|mut m| m.take());
+        Err(PassError::Panicked {
+            pass: name.to_string(),
+            message: message.unwrap_or_else(|| "(no message)".to_string()),
+        })
+    })
+}
+
+/// Each graph's name and its outputs' names.
+fn output_names(module: &Module) -> Vec<(String, Vec<String>)> {
+    module
+        .graphs
+        .iter()
+        .map(|g| {
+            let names = g.outputs.iter().map(|&v| g.value(v).name.clone());
+            (g.name.clone(), names.collect())
+        })
+        .collect()
+}
+
+/// Graph outputs keep their names (goldens and `run --output-dir` name
+/// files by them), unless the pass's registry entry says it changes them
+/// ([`PassInfo::keeps_outputs`]): each graph the pass left with the same name must still
+/// have the outputs it had, by name and in order, first. A pass may add
+/// outputs after them, and may replace graphs by new ones.
+fn check_output_names(
+    pass: &str,
+    before: &[(String, Vec<String>)],
+    module: &Module,
+) -> Result<(), PassError> {
+    for (graph, names) in before {
+        let Some(g) = module.graph(graph) else {
+            continue;
+        };
+        let now: Vec<&str> = g
+            .outputs
+            .iter()
+            .map(|&v| g.value(v).name.as_str())
+            .collect();
+        let kept = names.len() <= now.len() && names.iter().zip(&now).all(|(a, b)| a == b);
+        if !kept {
+            return Err(PassError::Failed {
+                pass: pass.to_string(),
+                message: format!(
+                    "graph @{graph}: its outputs were ({}) and are now ({}); graph outputs keep their names",
+                    names.iter().map(|n| format!("%{n}")).collect::<Vec<_>>().join(", "),
+                    now.iter().map(|n| format!("%{n}")).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Refuses to run `info`'s pass on a module in a phase it does not admit.
@@ -272,4 +445,103 @@ pub fn format_stats(records: &[PassRecord]) -> String {
         total.as_secs_f64() * 1e3
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::PASSES;
+    use slmcc_ir::text::parse_module;
+
+    const MODULE: &str = "module @m {
+  graph @main(%x: f32[2]) -> (f32[2]) {
+    %y = exp %x : f32[2]
+    return %y
+  }
+}
+";
+
+    /// A pass that does what a test needs: panic, or rename the output.
+    struct Broken {
+        panics: bool,
+    }
+
+    impl Pass for Broken {
+        fn name(&self) -> &'static str {
+            "dce"
+        }
+        fn run(&mut self, module: &mut Module, _: &mut Statistics) -> Result<bool, PassError> {
+            if self.panics {
+                let nodes: Vec<usize> = Vec::new();
+                return Ok(nodes[module.graphs.len()] > 0);
+            }
+            let g = &mut module.graphs[0];
+            let out = g.outputs[0];
+            g.value_mut(out).name = "renamed".to_string();
+            Ok(true)
+        }
+    }
+
+    fn manager(panics: bool, options: RunOptions) -> PassManager {
+        let info = PASSES.iter().find(|p| p.name == "dce").unwrap();
+        PassManager {
+            passes: vec![(info, Box::new(Broken { panics }))],
+            entries: parse_pipeline("dce").unwrap(),
+            options,
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_pass_is_an_error_naming_it_with_a_reproducer() {
+        let dir = std::env::temp_dir().join(format!("slmcc-runner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("repro.slm");
+        let options = RunOptions {
+            print_ir_before: vec!["dce".to_string()],
+            print_ir_after_failure: true,
+            reproducer: Some(file.clone()),
+            ..RunOptions::default()
+        };
+        let mut module = parse_module(MODULE).unwrap();
+        let mut log = Vec::new();
+        let e = manager(true, options)
+            .run(&mut module, &mut log)
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("pass `dce` panicked (a bug in the pass): index out of bounds"),
+            "{text}"
+        );
+        assert!(text.contains("runner.rs:"), "{text}");
+        let log = String::from_utf8(log).unwrap();
+        assert!(
+            log.contains("; ----- IR before dce (1/1) -----\nmodule @m"),
+            "{log}"
+        );
+        assert!(
+            log.contains("; ----- IR after failure of dce (1/1) -----\nmodule @m"),
+            "{log}"
+        );
+        let repro = std::fs::read_to_string(&file).unwrap();
+        assert!(repro.contains("; error: pass `dce` panicked"), "{repro}");
+        assert!(
+            repro.contains("; replay: slmcc opt THIS_FILE --passes 'dce'"),
+            "{repro}"
+        );
+        let replayed = parse_module(&repro).unwrap();
+        assert_eq!(print_module(&replayed), MODULE);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_pass_that_renames_a_graph_output_fails() {
+        let mut module = parse_module(MODULE).unwrap();
+        let e = manager(false, RunOptions::default())
+            .run(&mut module, &mut std::io::sink())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pass `dce`: graph @main: its outputs were (%y) and are now (%renamed); graph outputs keep their names"
+        );
+    }
 }

@@ -14,7 +14,7 @@ fn attention_prologue_after_each_pass() {
     let options = RunOptions {
         print_ir_after: PrintAfter::All,
         verify_each: true,
-        bisect_limit: None,
+        ..RunOptions::default()
     };
     let mut pm = PassManager::parse("shape-infer,const-fold,dce,cse", options).unwrap();
     let mut log = Vec::new();

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use slmcc_ir::text::{parse_module, print_module};
-use slmcc_passes::runner::format_stats;
+use slmcc_ir::verify_input;
+use slmcc_passes::runner::{format_stats, parse_pass_names};
 use slmcc_passes::{PassManager, PrintAfter, RunOptions};
 
 use crate::cli::OptArgs;
@@ -18,22 +19,42 @@ pub fn run(args: OptArgs) -> CmdResult {
         fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut module = parse_module(&src)
         .map_err(|e| anyhow!("{}:{}:{}: {}", path.display(), e.line, e.col, e.message))?;
+    // The input is checked before any pass, so that a pass is never blamed
+    // for its input.
+    verify_input(&module).map_err(|e| anyhow!("{}: invalid IR: {e}", path.display()))?;
     attach_weights(&mut module, path)?;
 
     let print_ir_after = match &args.print_ir_after {
         Some(text) => PrintAfter::parse(text)?,
         None => PrintAfter::Never,
     };
+    let print_ir_before = match &args.print_ir_before {
+        Some(text) => parse_pass_names("--print-ir-before", text)?,
+        None => Vec::new(),
+    };
+    if let Some(file) = &args.reproducer {
+        let _ = fs::remove_file(file);
+    }
     let options = RunOptions {
         print_ir_after,
+        print_ir_before,
+        print_ir_after_failure: args.print_ir_after_failure,
         verify_each: args.verify_each,
         bisect_limit: args.bisect_limit,
+        reproducer: args.reproducer.clone(),
     };
     let mut pm = PassManager::parse(&args.passes, options)?;
     let mut stderr = std::io::stderr().lock();
-    let records = pm
-        .run(&mut module, &mut stderr)
-        .with_context(|| format!("{}", path.display()))?;
+    let records = pm.run(&mut module, &mut stderr).map_err(|e| {
+        let mut message = format!("{}: {e}", path.display());
+        if let Some(file) = args.reproducer.as_ref().filter(|f| f.exists()) {
+            message.push_str(&format!(
+                " (reproducer, the IR before the pass with its replay command: {})",
+                file.display()
+            ));
+        }
+        anyhow!(message)
+    })?;
     if args.pass_stats {
         let _ = write!(stderr, "{}", format_stats(&records));
     }

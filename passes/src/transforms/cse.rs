@@ -1,6 +1,6 @@
 //! `cse`: common-subexpression elimination.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use slmcc_ir::{Attr, Module, OpDef, ValueId};
 
@@ -9,10 +9,13 @@ use crate::pass::{Pass, PassError, Statistics};
 /// Merges nodes that apply the same op, with equal attributes, to the same
 /// operands: later duplicates are removed and their results replaced by the
 /// first node's. Every op is pure, so this never changes what the graph
-/// computes. Constants are merged too (same type, same value).
+/// computes. Constants are merged too (same type, same value). A duplicate
+/// whose result is a graph output is kept, so that graph outputs keep their
+/// names.
 ///
 /// Requires: nodes in schedule order. Guarantees: no two nodes with the same
-/// key remain; statistic `nodes-removed`.
+/// key remain, but for duplicates that are graph outputs; statistic
+/// `nodes-removed`.
 pub struct Cse;
 
 /// The identity of a node for CSE: mnemonic, attributes, operands and result types.
@@ -43,6 +46,7 @@ impl Pass for Cse {
             let mut seen: HashMap<String, Vec<ValueId>> = HashMap::new();
             let mut replace: HashMap<ValueId, ValueId> = HashMap::new();
             let mut keep = Vec::with_capacity(g.nodes.len());
+            let outputs: HashSet<ValueId> = g.outputs.iter().copied().collect();
             for i in 0..g.nodes.len() {
                 // Operands were rewritten before the key is taken, so chains
                 // of duplicates collapse in one sweep.
@@ -52,7 +56,8 @@ impl Pass for Cse {
                     }
                 }
                 let key = node_key(g, &g.nodes[i]);
-                match seen.get(&key) {
+                let is_output = g.nodes[i].outputs.iter().any(|v| outputs.contains(v));
+                match seen.get(&key).filter(|_| !is_output) {
                     Some(first) => {
                         for (dup, orig) in g.nodes[i].outputs.iter().zip(first) {
                             replace.insert(*dup, *orig);
@@ -60,7 +65,8 @@ impl Pass for Cse {
                         keep.push(false);
                     }
                     None => {
-                        seen.insert(key, g.nodes[i].outputs.clone());
+                        seen.entry(key)
+                            .or_insert_with(|| g.nodes[i].outputs.clone());
                         keep.push(true);
                     }
                 }
