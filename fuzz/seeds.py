@@ -51,11 +51,12 @@ if node_tests:
     for p in sorted(glob.glob(os.path.join(node_tests, "*/model.onnx")))[::4]:
         put("onnx_import", os.path.basename(os.path.dirname(p)) + ".onnx", read(p))
 
-# ir_text: every committed IR file.
+# ir_text and passes: every committed IR file.
 for p in sorted(glob.glob(rel("**/*.slm"), recursive=True)):
     if "/target/" in p:
         continue
-    put("ir_text", p[len(ROOT) + 1:].replace("/", "_"), read(p))
+    for target in ("ir_text", "passes"):
+        put(target, p[len(ROOT) + 1:].replace("/", "_"), read(p))
 
 # npu_regcmd: the public generator's command lists (testdata/npu), as bytes.
 base = {}
