@@ -538,6 +538,11 @@ pub struct RunArgs {
     /// planned executor: a package, or --buckets, on cpu or npu-sim).
     #[arg(long)]
     pub profile: bool,
+    /// Passes of your own to run after fusion and quantization, before the
+    /// buckets (a pipeline, as `opt --passes` takes): to see their effect
+    /// on the numbers. Models only; a package's passes ran at compile time.
+    #[arg(long, value_name = "PIPELINE")]
+    pub extra_passes: Option<String>,
     #[command(flatten)]
     pub threads: ThreadsArgs,
 }
@@ -598,6 +603,12 @@ pub struct GenerateArgs {
     /// tokens/s, and peak memory (cpu and npu-sim backends).
     #[arg(long)]
     pub profile: bool,
+    /// Passes of your own to run after fusion and quantization, before the
+    /// KV cache and the buckets (a pipeline, as `opt --passes` takes): to
+    /// see their effect on the tokens. Models only; a package's passes ran
+    /// at compile time.
+    #[arg(long, value_name = "PIPELINE")]
+    pub extra_passes: Option<String>,
 }
 
 /// Weight quantization: the `quantize` pass after fusion.
@@ -831,6 +842,11 @@ pub struct GoldenCheckArgs {
     /// and `min_cosine` per layer).
     #[command(flatten)]
     pub quant: QuantArgs,
+    /// Passes of your own to run after fusion and quantization, before the
+    /// buckets (a pipeline, as `opt --passes` takes): to see their effect
+    /// on the numbers. Models only; a package's passes ran at compile time.
+    #[arg(long, value_name = "PIPELINE")]
+    pub extra_passes: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -68,7 +68,7 @@ impl BucketSpec {
 }
 
 /// A pipeline as the driver builds it: fusion, then optionally the weights
-/// quantized and a static KV cache, then `widen-half` (always: it changes
+/// quantized, the user's extra passes and a static KV cache, then `widen-half` (always: it changes
 /// only half-precision models), then optionally bucket specialisation,
 /// weight packing, memory planning and the NPU partition, in that order. [`Pipeline::text`] is the pipeline
 /// string (what `--report` and the package record), [`Pipeline::run`] runs
@@ -76,6 +76,9 @@ impl BucketSpec {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Pipeline {
     quant: Quant,
+    /// A pipeline of the user's after fusion and quantization
+    /// (`--extra-passes`).
+    extra: Option<String>,
     kv_cache: Option<(KvCacheOptions, bool)>,
     buckets: Option<BucketSpec>,
     plan: bool,
@@ -102,6 +105,16 @@ impl Pipeline {
     /// The weights quantized after fusion (nothing for `None`).
     pub fn quantized(mut self, quant: Quant) -> Pipeline {
         self.quant = quant;
+        self
+    }
+
+    /// The user's passes after fusion and quantization, before the KV
+    /// cache, the buckets and the plan (`--extra-passes`: to see a pass's
+    /// effect on the numbers `run`, `generate` and `golden check` give).
+    pub fn extra_passes(mut self, pipeline: Option<&str>) -> Pipeline {
+        self.extra = pipeline
+            .map(str::to_string)
+            .filter(|p| !p.trim().is_empty());
         self
     }
 
@@ -146,6 +159,7 @@ impl Pipeline {
     pub fn text(&self) -> String {
         let mut out = vec![FUSION_PIPELINE.to_string()];
         out.extend(self.quant.map(|q| q.entry()));
+        out.extend(self.extra.clone());
         let sizes = match &self.buckets {
             Some(BucketSpec::Sizes(s)) => Some(s.clone()),
             _ => None,

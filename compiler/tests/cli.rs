@@ -188,6 +188,60 @@ fn opt_verifies_its_input_and_writes_a_reproducer() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--extra-passes` runs a pipeline of the user's after fusion on `run`,
+/// `generate` and `golden check`: a pass that keeps the numbers passes
+/// the goldens, one that changes them fails them at the layer.
+#[test]
+fn extra_passes_show_a_pass_effect_on_the_numbers() {
+    let check = |extra: &str| {
+        slmcc(&[
+            "golden",
+            "check",
+            "goldens/qwen2",
+            "--backend",
+            "cpu",
+            "--extra-passes",
+            extra,
+        ])
+    };
+    let same = check("cse,dce");
+    assert!(same.status.success(), "{}", stderr(&same));
+    let changed = check("quantize{activations=f32}");
+    assert_eq!(changed.status.code(), Some(1), "{}", stderr(&changed));
+    assert!(
+        stdout(&changed).contains("first divergence: goldens/qwen2 seq5 layer `model.layers.0`"),
+        "{}",
+        stdout(&changed)
+    );
+    let generate = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "testdata/models/qwen2.onnx",
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "4",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        let o = slmcc(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(generate(&["--extra-passes", "cse"]), generate(&[]));
+    expect_bad_input(
+        &[
+            "run",
+            "testdata/models/qwen2.onnx",
+            "--input",
+            "input_ids=goldens/qwen2/seq5/input_ids.npy",
+            "--extra-passes",
+            "nope",
+        ],
+        "unknown pass `nope`",
+    );
+}
+
 /// The crashes fuzzing found (testdata/malformed/fuzz: each file is a fuzz
 /// target's input, its first byte the target's mode), given to the
 /// commands that read such files: each is refused on one line, exit 2.

@@ -91,7 +91,7 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
     }
     let cpu = a.threads.cpu_options();
     calibrate(&mut module, &a.quant, &quant, &a.model, &cpu)?;
-    prepare_quantized(&mut module, quant, &a.model)?;
+    prepare_quantized(&mut module, quant, None, &a.model)?;
     if let Some(dt) = a.kv_dtype {
         let dtype = match dt {
             KvDtype::F32 => "f32",

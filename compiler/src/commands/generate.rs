@@ -113,6 +113,7 @@ fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::R
         kv.max_chunk = sizes.iter().copied().max().unwrap_or(1) as i64;
         let cached = Pipeline::fusion()
             .quantized(quant)
+            .extra_passes(args.extra_passes.as_deref())
             .kv_cache(kv, last_logits);
         let pipeline = match backend {
             Backend::Cpu => cached
@@ -136,6 +137,11 @@ fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::R
     } else if args.quant.quant.is_some() {
         bail!(
             "{}: a package is quantized when it is compiled; --quant applies to models",
+            path.display()
+        );
+    } else if args.extra_passes.is_some() {
+        bail!(
+            "{}: a package's passes ran when it was compiled; --extra-passes applies to models",
             path.display()
         );
     }

@@ -166,7 +166,7 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
         let mut module = load_module(&m.model)?;
         let cpu = args.threads.cpu_options();
         calibrate(&mut module, &args.quant, &quant, &m.model, &cpu)?;
-        prepare_quantized(&mut module, quant, &m.model)?;
+        prepare_quantized(&mut module, quant, args.extra_passes.as_deref(), &m.model)?;
         let graph = entry_graph(&module)?;
         let producers = graph.producers();
         for case in &m.cases {

@@ -78,16 +78,23 @@ pub fn load_module(path: &Path) -> anyhow::Result<Module> {
 /// ([`slmcc::pipeline::FUSION_PIPELINE`]), verified. Values that survive keep
 /// their names, so goldens keyed by ONNX value names still find them.
 pub fn prepare(module: &mut Module, path: &Path) -> anyhow::Result<()> {
-    prepare_quantized(module, None, path)
+    prepare_quantized(module, None, None, path)
 }
 
-/// [`prepare`], with the weights quantized after fusion.
+/// [`prepare`], with the weights quantized after fusion, then the `extra`
+/// passes (`--extra-passes`).
 ///
 /// Every backend runs the fused graph; the cpu backend also specialises it
 /// to the input shapes when it runs ([`execute`]).
-pub fn prepare_quantized(module: &mut Module, quant: Quant, path: &Path) -> anyhow::Result<()> {
+pub fn prepare_quantized(
+    module: &mut Module,
+    quant: Quant,
+    extra: Option<&str>,
+    path: &Path,
+) -> anyhow::Result<()> {
     Pipeline::fusion()
         .quantized(quant)
+        .extra_passes(extra)
         .run(module)
         .with_context(|| format!("{}", path.display()))?;
     Ok(())

@@ -47,6 +47,13 @@ pub fn run(args: RunArgs) -> CmdResult {
         )
         .into());
     }
+    if is_package && args.extra_passes.is_some() {
+        return Err(anyhow!(
+            "{}: a package's passes ran when it was compiled; --extra-passes applies to models",
+            args.model.display()
+        )
+        .into());
+    }
     if !is_package {
         let cpu = args.threads.cpu_options();
         calibrate(&mut module, &args.quant, &quant, &args.model, &cpu)?;
@@ -70,7 +77,12 @@ pub fn run(args: RunArgs) -> CmdResult {
         )
         .into());
     } else {
-        prepare_quantized(&mut module, quant, &args.model)?;
+        prepare_quantized(
+            &mut module,
+            quant,
+            args.extra_passes.as_deref(),
+            &args.model,
+        )?;
         let graph = entry_graph(&module)?;
         execute(
             backend,
@@ -142,6 +154,7 @@ fn run_bucketed(
             let sizes = parse_buckets(list).map_err(|e| anyhow!("--buckets: {e}"))?;
             let bucketed = Pipeline::fusion()
                 .quantized(quant)
+                .extra_passes(args.extra_passes.as_deref())
                 .buckets(BucketSpec::Sizes(sizes));
             pipeline = Some(match backend {
                 Backend::Reference => bucketed.text(),
