@@ -422,7 +422,14 @@ fn debug_assert_declared(info: &PassInfo, stats: &Statistics) {
 
 /// A table of per-pass timing and statistics (`--pass-stats`).
 pub fn format_stats(records: &[PassRecord]) -> String {
-    let mut out = String::from("pass            time(ms)  changed  statistics\n");
+    // The first column is as wide as the longest pass name.
+    let width = records
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let mut out = format!("{:<width$} time(ms)  changed  statistics\n", "pass");
     let mut total = Duration::ZERO;
     for r in records {
         total += r.duration;
@@ -432,7 +439,7 @@ pub fn format_stats(records: &[PassRecord]) -> String {
             "(skipped by bisect limit)".to_string()
         };
         out.push_str(&format!(
-            "{:<15} {:>8.3}  {:<7}  {}\n",
+            "{:<width$} {:>8.3}  {:<7}  {}\n",
             r.name,
             r.duration.as_secs_f64() * 1e3,
             if r.changed { "yes" } else { "no" },
@@ -440,7 +447,7 @@ pub fn format_stats(records: &[PassRecord]) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:<15} {:>8.3}\n",
+        "{:<width$} {:>8.3}\n",
         "total",
         total.as_secs_f64() * 1e3
     ));
@@ -543,5 +550,27 @@ mod tests {
             e.to_string(),
             "pass `dce`: graph @main: its outputs were (%y) and are now (%renamed); graph outputs keep their names"
         );
+    }
+
+    #[test]
+    fn pass_stats_columns_fit_the_longest_name() {
+        let record = |name| PassRecord {
+            name,
+            ran: true,
+            changed: false,
+            duration: Duration::from_micros(1500),
+            stats: Statistics::default(),
+        };
+        let table = format_stats(&[record("dce"), record("bucket-specialize")]);
+        let at: Vec<usize> = table
+            .lines()
+            .map(|l| l.find(" 1.500").unwrap_or(0))
+            .collect();
+        assert_eq!(
+            table.lines().next(),
+            Some("pass              time(ms)  changed  statistics")
+        );
+        assert_eq!(at[1], at[2], "{table}");
+        assert!(table.contains("bucket-specialize    1.500  no"), "{table}");
     }
 }
