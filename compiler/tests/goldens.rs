@@ -104,3 +104,68 @@ fn every_golden_model_stays_within_tolerance_on_npu_sim() {
     check_all_with("npu-sim", &["--quant", "w4a8"]);
     check_all_with("npu-sim", &[]);
 }
+
+/// A copy of the qwen2 goldens whose input is a `.pb` TensorProto passes;
+/// one whose `model_sha256` names another model is refused with exit 2.
+#[test]
+fn inputs_may_be_pb_and_the_model_hash_is_checked() {
+    let dir = std::env::temp_dir().join(format!("slmcc-goldens-pb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("seq5")).unwrap();
+    let src = repo().join("goldens/qwen2");
+    for entry in std::fs::read_dir(src.join("seq5")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join("seq5").join(p.file_name().unwrap())).unwrap();
+    }
+    // input_ids [1, 5] i64 as an ONNX TensorProto: dims 1 and 5 (field 1,
+    // varints), data_type INT64 = 7 (field 2), name (field 8), raw_data
+    // (field 9).
+    let ids = slmcc_runtime::npy::read(&src.join("seq5/input_ids.npy")).unwrap();
+    let raw: Vec<u8> = ids
+        .to_i64_vec()
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let mut pb = vec![0x08, 1, 0x08, 5, 0x10, 7, 0x42, 9];
+    pb.extend_from_slice(b"input_ids");
+    pb.push(0x4a);
+    pb.push(raw.len() as u8);
+    pb.extend_from_slice(&raw);
+    std::fs::write(dir.join("seq5/input_ids.pb"), pb).unwrap();
+    let text = std::fs::read_to_string(src.join("manifest.json")).unwrap();
+    let mut j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    j["model"] = serde_json::Value::String(
+        repo()
+            .join("testdata/models/qwen2.onnx")
+            .display()
+            .to_string(),
+    );
+    let cases = j["cases"].as_array_mut().unwrap();
+    cases.retain(|c| c["name"] == "seq5");
+    cases[0]["inputs"]["input_ids"] = serde_json::Value::String("seq5/input_ids.pb".into());
+    let check = |j: &serde_json::Value| {
+        std::fs::write(dir.join("manifest.json"), j.to_string()).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .args(["golden", "check", "--backend", "cpu"])
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let o = check(&j);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("all 5 layers within tolerance"), "{out}");
+    j["model_sha256"] = serde_json::Value::String("00".repeat(32));
+    let o = check(&j);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("but the goldens were recorded from 0000"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2,10 +2,12 @@
 //! recorded layer against the reference values.
 //!
 //! A golden folder holds `manifest.json`:
-//! `{"model": PATH, "tolerances": {BACKEND: {"max_rel": X}}, "cases":
-//! [{"name", "inputs": {NAME: FILE}, "layers": [{"layer", "value", "file"}]}]}`,
-//! with files relative to the folder and the model relative to the folder or,
-//! failing that, to the current directory. The relative error of a layer is
+//! `{"model": PATH, "model_sha256": HEX, "tolerances": {BACKEND: {"max_rel": X}},
+//! "cases": [{"name", "inputs": {NAME: FILE}, "layers": [{"layer", "value",
+//! "file"}]}]}`, with files relative to the folder and the model relative to
+//! the folder or, failing that, to the current directory. Inputs are `.npy`
+//! or `.pb` (ONNX `TensorProto`) files. A model whose SHA-256 is not
+//! `model_sha256` (when given) is refused: the goldens are another model's. The relative error of a layer is
 //! `max|a - b| / max(max|b|, 1e-6)`. The first layer over tolerance is named
 //! with the IR node that produced it.
 //!
@@ -27,7 +29,9 @@ use slmcc_runtime::{npy, Capture};
 
 use slmcc::pipeline::quant_name;
 
-use super::load::{calibrate, entry_graph, execute, load_module, prepare_quantized, Backend};
+use super::load::{
+    calibrate, entry_graph, execute, load_module, prepare_quantized, read_tensor, Backend,
+};
 use crate::cli::{BackendArg, GoldenAction, GoldenArgs, GoldenCheckArgs, QuantScheme};
 use crate::exit::{CmdResult, Failure};
 
@@ -87,6 +91,17 @@ fn read_manifest(arg: &Path, tolerance: &str) -> anyhow::Result<Manifest> {
         .into_iter()
         .find(|p| p.exists())
         .ok_or_else(|| anyhow!("{ctx}: model `{model_rel}` not found"))?;
+    if let Some(want) = j["model_sha256"].as_str() {
+        let got = slmcc_runtime::package::sha256_file(&model)
+            .map(|h| slmcc_runtime::package::hex(&h))
+            .with_context(|| format!("cannot read {}", model.display()))?;
+        if got != want {
+            bail!(
+                "{ctx}: {} has SHA-256 {got}, but the goldens were recorded from {want} (`model_sha256`): record them again for this model",
+                model.display()
+            );
+        }
+    }
     let t = &j["tolerances"][tolerance];
     let max_rel = t["max_rel"]
         .as_f64()
@@ -183,7 +198,7 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
             let inputs = case
                 .inputs
                 .iter()
-                .map(|(n, f)| Ok((n.clone(), npy::read(f).map_err(|e| anyhow!(e))?)))
+                .map(|(n, f)| Ok((n.clone(), read_tensor(f)?)))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let names: HashSet<String> = case.layers.iter().map(|l| l.value.clone()).collect();
             let cpu = args.threads.cpu_options();
