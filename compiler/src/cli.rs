@@ -822,9 +822,47 @@ pub struct GoldenArgs {
 pub enum GoldenAction {
     /// Run each model on its golden inputs and compare every recorded layer.
     Check(GoldenCheckArgs),
-    /// Not built yet (exits 2): goldens are recorded from onnxruntime by
-    /// testdata/models/goldens.py.
-    Record(GoldenCheckArgs),
+    /// Record goldens of an ONNX model from onnxruntime: every value of the
+    /// model that the fused graph keeps, under its ONNX name.
+    #[command(after_long_help = GOLDEN_RECORD_AFTER_HELP)]
+    Record(GoldenRecordArgs),
+}
+
+const GOLDEN_RECORD_AFTER_HELP: &str = "\
+The model is imported and fused as `golden check` runs it; every value of
+the fused graph that is a float32 output of an ONNX node (or of the graph)
+is added as a graph output of a copy of the model, which onnxruntime runs
+(CPU, ORT_DISABLE_ALL, one thread) through the Python that --python names
+(it needs onnx, onnxruntime and numpy: testdata/requirements-ci.txt pins
+them). DIR gets manifest.json (the model's path and SHA-256, onnxruntime's
+version, FP32 tolerances for reference and cpu) and case0/ with the inputs
+and one .npy per value. `golden check DIR` then compares every value and
+names the first op whose output diverges. DIR must not exist or be empty;
+a failed record leaves nothing.
+
+Example:
+  slmcc golden record testdata/models/qwen2.onnx -o goldens-qwen2 \\
+    --input input_ids=goldens/qwen2/seq5/input_ids.npy
+  slmcc golden check goldens-qwen2 --backend cpu";
+
+#[derive(Args, Debug)]
+pub struct GoldenRecordArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// The folder to write (must not exist, or be empty).
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// An input as NAME=FILE.npy or NAME=FILE.pb; repeat per input.
+    #[arg(long, value_name = "NAME=FILE", conflicts_with = "inputs")]
+    pub input: Vec<String>,
+    /// The inputs in ONNX test-data layout: DIR/input_0.pb, input_1.pb, …
+    /// (named by their TensorProto names, else in graph input order).
+    #[arg(long, value_name = "DIR")]
+    pub inputs: Option<PathBuf>,
+    /// The Python with onnx and onnxruntime [default: $SLMCC_PYTHON, else
+    /// python3].
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

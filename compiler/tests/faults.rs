@@ -208,3 +208,36 @@ fn a_mutated_kernel_result_fails_the_golden_check_at_its_layer() {
         }
     }
 }
+
+/// With goldens of every value (`golden record`), the check names the op
+/// whose result was changed, not only its block: the first `rope`.
+#[test]
+fn every_value_goldens_name_the_op_that_diverges() {
+    let dir = std::env::temp_dir().join(format!("slmcc-faults-every-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = slmcc_env(
+        &[],
+        &[
+            "golden",
+            "record",
+            "testdata/models/qwen2.onnx",
+            "-o",
+            dir.to_str().unwrap(),
+            "--input",
+            "input_ids=goldens/qwen2/seq5/input_ids.npy",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = slmcc_env(
+        &[("SLMCC_KERNEL_FAULT", "swap-rows:rope")],
+        &["golden", "check", dir.to_str().unwrap(), "--backend", "cpu"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("first divergence"))
+        .unwrap_or_default();
+    assert!(line.contains("produced by `rope` node"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -169,3 +169,87 @@ fn inputs_may_be_pb_and_the_model_hash_is_checked() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `golden record` on a model outside `goldens/`: every value of the fused
+/// graph from onnxruntime, which `golden check` then matches on every
+/// backend; bad requests exit 2 and leave nothing.
+#[test]
+fn golden_record_records_every_value_that_check_then_matches() {
+    let dir = std::env::temp_dir().join(format!("slmcc-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("qwen2");
+    let slmcc = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .current_dir(repo())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let input = "input_ids=goldens/qwen2/seq11/input_ids.npy";
+    let record = |out: &Path, input: &str| {
+        slmcc(&[
+            "golden",
+            "record",
+            "testdata/models/qwen2.onnx",
+            "-o",
+            out.to_str().unwrap(),
+            "--input",
+            input,
+        ])
+    };
+    let o = record(&out, input);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let layers = manifest["cases"][0]["layers"].as_array().unwrap();
+    // The block-level goldens hold 5 layers; every value is ten times that.
+    assert!(layers.len() > 40, "{} layers", layers.len());
+    assert!(manifest["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("onnxruntime "));
+    for backend in ["reference", "cpu", "npu-sim"] {
+        let o = slmcc(&[
+            "golden",
+            "check",
+            out.to_str().unwrap(),
+            "--backend",
+            backend,
+        ]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{backend}: {stdout}");
+        assert!(
+            stdout.contains(&format!("all {} layers within tolerance", layers.len())),
+            "{backend}: {stdout}"
+        );
+    }
+    // Bad requests: nothing is written.
+    let again = record(&out, input);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists and is not an empty folder"));
+    let fresh = dir.join("never");
+    let o = record(&fresh, "ids=goldens/qwen2/seq11/input_ids.npy");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("`ids` is not an input of the model (its inputs: input_ids)"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let no_python = Command::new(env!("CARGO_BIN_EXE_slmcc"))
+        .current_dir(repo())
+        .args(["golden", "record", "testdata/models/qwen2.onnx", "-o"])
+        .arg(&fresh)
+        .args(["--input", input, "--python", "/bin/false"])
+        .output()
+        .unwrap();
+    assert_eq!(no_python.status.code(), Some(2));
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["qwen2"], "a failed record leaves nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -38,10 +38,7 @@ use crate::exit::{CmdResult, Failure};
 pub fn run(args: GoldenArgs) -> CmdResult {
     match args.action {
         GoldenAction::Check(a) => check(a),
-        GoldenAction::Record(_) => Err(anyhow!(
-            "`slmcc golden record` is not yet supported in this version (goldens are recorded from onnxruntime by testdata/models/goldens.py)"
-        )
-        .into()),
+        GoldenAction::Record(a) => super::golden_record::record(a),
     }
 }
 

@@ -5,6 +5,7 @@ mod estimate;
 mod eval;
 mod generate;
 mod golden;
+mod golden_record;
 mod import;
 mod load;
 mod npu;
