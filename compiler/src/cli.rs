@@ -840,10 +840,19 @@ and one .npy per value. `golden check DIR` then compares every value and
 names the first op whose output diverges. DIR must not exist or be empty;
 a failed record leaves nothing.
 
+With --self, the values are slmcc's own on --backend (and --quant), and the
+manifest's tolerance for that backend (or quantization) is 0: `golden check
+DIR --backend B [--quant Q]` then passes only while the numerics stay bit
+for bit the same (self-goldens: what catches a kernel change in a W8A8 or
+W4A8 path, or on the NPU, where FP32 tolerances cannot).
+
 Example:
   slmcc golden record testdata/models/qwen2.onnx -o goldens-qwen2 \\
     --input input_ids=goldens/qwen2/seq5/input_ids.npy
-  slmcc golden check goldens-qwen2 --backend cpu";
+  slmcc golden check goldens-qwen2 --backend cpu
+  slmcc golden record testdata/models/qwen2.onnx -o self-w8a8 --self --backend npu-sim \\
+    --quant w8a8 --input input_ids=goldens/qwen2/seq5/input_ids.npy
+  slmcc golden check self-w8a8 --backend npu-sim --quant w8a8";
 
 #[derive(Args, Debug)]
 pub struct GoldenRecordArgs {
@@ -863,6 +872,20 @@ pub struct GoldenRecordArgs {
     /// python3].
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
+    /// Self-goldens: record slmcc's own values on --backend (with --quant),
+    /// not onnxruntime's; `golden check` with the same --backend and --quant
+    /// then compares them bit for bit (tolerance 0), which catches any
+    /// change of a kernel's numerics.
+    #[arg(long = "self")]
+    pub ours: bool,
+    /// With --self: where to run.
+    #[arg(long, value_enum, default_value_t = BackendArg::Reference, requires = "ours")]
+    pub backend: BackendArg,
+    /// With --self: the model quantized as `golden check --quant` runs it.
+    #[command(flatten)]
+    pub quant: QuantArgs,
+    #[command(flatten)]
+    pub threads: ThreadsArgs,
 }
 
 #[derive(Args, Debug)]

@@ -241,3 +241,69 @@ fn every_value_goldens_name_the_op_that_diverges() {
     assert!(line.contains("produced by `rope` node"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Self-goldens (`golden record --self`) compare bit for bit: a 1-ulp
+/// change of one kernel's result, which the FP32 goldens' tolerance lets
+/// through, fails the check and names the op, on the cpu kernels and on
+/// the NPU's W8A8 path.
+#[test]
+fn self_goldens_catch_a_one_ulp_change_and_name_the_op() {
+    let root = std::env::temp_dir().join(format!("slmcc-faults-self-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for (i, (backend, quant, fault, op)) in [
+        ("cpu", None, "ulp:attention#1", "attention"),
+        ("cpu", None, "ulp:rms_norm", "rms_norm"),
+        ("npu-sim", Some("w8a8"), "ulp:qmatmul", "qmatmul"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = root.join(format!("{i}-{backend}"));
+        let dir = dir.to_str().unwrap();
+        let mut flags = vec!["--backend", backend];
+        if let Some(q) = quant {
+            flags.extend(["--quant", q]);
+        }
+        let mut record = vec![
+            "golden",
+            "record",
+            "testdata/models/qwen2.onnx",
+            "-o",
+            dir,
+            "--self",
+            "--input",
+            "input_ids=goldens/qwen2/seq5/input_ids.npy",
+        ];
+        record.extend(&flags);
+        let o = slmcc_env(&[], &record);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut check = vec!["golden", "check", dir];
+        check.extend(&flags);
+        let clean = slmcc_env(&[], &check);
+        assert!(clean.status.success(), "{backend}: {}", stdout(&clean));
+        // The FP32 goldens do not see the change...
+        let mut fp32 = vec!["golden", "check", "goldens/qwen2"];
+        fp32.extend(&flags);
+        let o = slmcc_env(&[("SLMCC_KERNEL_FAULT", fault)], &fp32);
+        assert!(o.status.success(), "{fault} {backend}: {}", stdout(&o));
+        // ...the self-goldens do, at the op.
+        let o = slmcc_env(&[("SLMCC_KERNEL_FAULT", fault)], &check);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{fault} {backend}: {}",
+            stdout(&o)
+        );
+        let out = stdout(&o);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("first divergence"))
+            .unwrap_or_default();
+        assert!(
+            line.contains(&format!("produced by `{op}` node")),
+            "{fault}: {out}"
+        );
+        assert!(line.contains("(tolerance 0e0)"), "{line}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -5,6 +5,8 @@
 //! slmcc imports and fuses the model as `golden check` runs it, and lists
 //! the fused graph's values; a Python helper (`golden_record.py`, embedded)
 //! runs onnxruntime with those values added as outputs and writes each one.
+//! With `--self` the values are slmcc's own on a backend (quantized or not)
+//! and the tolerance is 0: self-goldens, compared bit for bit.
 //! Everything is written to a temporary folder beside DIR and renamed into
 //! place at the end, so a failed record leaves nothing.
 
@@ -17,9 +19,14 @@ use slmcc_ir::Tensor;
 use slmcc_runtime::npy;
 use slmcc_runtime::package::{hex, sha256_file};
 
-use super::load::{entry_graph, load_module, prepare, read_tensor};
+use slmcc::pipeline::quant_name;
+use slmcc_runtime::Capture;
+
+use super::load::{
+    calibrate, entry_graph, execute, load_module, prepare_quantized, read_tensor, Backend,
+};
 use super::opt::partial_path;
-use crate::cli::GoldenRecordArgs;
+use crate::cli::{BackendArg, GoldenRecordArgs, QuantScheme};
 use crate::exit::CmdResult;
 
 /// The helper that runs onnxruntime.
@@ -48,8 +55,14 @@ fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
         );
     }
     let inputs = read_inputs(args)?;
+    let quant = args.quant.get(QuantScheme::None)?;
+    if !args.ours && quant.is_some() {
+        bail!("--quant records slmcc's own values: give --self (onnxruntime's are FP32)");
+    }
     let mut module = load_module(model)?;
-    prepare(&mut module, model)?;
+    let cpu = args.threads.cpu_options();
+    calibrate(&mut module, &args.quant, &quant, model, &cpu)?;
+    prepare_quantized(&mut module, quant, None, model)?;
     let graph = entry_graph(&module)?;
     let graph_inputs: Vec<&str> = graph
         .inputs
@@ -80,7 +93,14 @@ fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
         }
     }
     let tmp = partial_path(out);
-    let written = write_record(args, &tmp, &inputs, &values).and_then(|()| {
+    let source = match args.ours {
+        true => Source::Slmcc {
+            module: &module,
+            quant: &quant,
+        },
+        false => Source::Onnxruntime,
+    };
+    let written = write_record(args, &tmp, &inputs, &values, source).and_then(|()| {
         std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))
     });
     if written.is_err() {
@@ -168,12 +188,33 @@ fn name_inputs(
     Ok(named)
 }
 
-/// Writes the inputs, runs the helper and writes the manifest, all in `dir`.
+/// Where the values come from.
+enum Source<'a> {
+    /// onnxruntime, through the Python helper.
+    Onnxruntime,
+    /// slmcc itself on `--backend`: the fused (and quantized) module.
+    Slmcc {
+        module: &'a slmcc_ir::Module,
+        quant: &'a slmcc::pipeline::Quant,
+    },
+}
+
+/// What a source recorded: each value's name, file (in the case folder)
+/// and shape, what computed them, and the tolerances to check them with.
+struct Recorded {
+    values: Vec<(String, String, Vec<usize>)>,
+    source: String,
+    tolerances: Json,
+}
+
+/// Writes the inputs, records the values and writes the manifest, all in
+/// `dir`.
 fn write_record(
     args: &GoldenRecordArgs,
     dir: &Path,
     inputs: &[(String, Tensor)],
     values: &[String],
+    source: Source<'_>,
 ) -> anyhow::Result<()> {
     let case = dir.join(CASE);
     std::fs::create_dir_all(&case).with_context(|| format!("cannot create {}", case.display()))?;
@@ -185,6 +226,112 @@ fn write_record(
         input_files.insert(name.clone(), json!(format!("{CASE}/{file}")));
         feeds.insert(name.clone(), json!(case.join(&file)));
     }
+    let recorded = match source {
+        Source::Onnxruntime => from_onnxruntime(args, dir, &case, feeds, values)?,
+        Source::Slmcc { module, quant } => from_slmcc(args, module, quant, &case, inputs, values)?,
+    };
+    if recorded.values.is_empty() {
+        bail!(
+            "{}: no float32 value of the fused graph is an ONNX node's output",
+            args.model.display()
+        );
+    }
+    let layers: Vec<Json> = recorded
+        .values
+        .iter()
+        .map(|(name, file, shape)| {
+            json!({"layer": name, "value": name, "file": format!("{CASE}/{file}"), "shape": shape})
+        })
+        .collect();
+    let sha = sha256_file(&args.model)
+        .with_context(|| format!("cannot read {}", args.model.display()))?;
+    let manifest = json!({
+        "model": model_path(&args.model, &args.output),
+        "model_sha256": hex(&sha),
+        "source": recorded.source,
+        "relative_error": "max|a - b| / max(max|b|, 1e-6) over the whole tensor, b = golden",
+        "tolerances": recorded.tolerances,
+        "cases": [{"name": CASE, "inputs": input_files, "layers": layers}],
+    });
+    let text = serde_json::to_string_pretty(&manifest).expect("JSON");
+    std::fs::write(dir.join("manifest.json"), text + "\n")
+        .with_context(|| format!("cannot write {}", dir.display()))?;
+    eprintln!(
+        "wrote {}: {} values of {} recorded by {}",
+        args.output.display(),
+        recorded.values.len(),
+        args.model.display(),
+        recorded.source
+    );
+    Ok(())
+}
+
+/// slmcc's own values on `--backend`: every one of `values` that is f32,
+/// with tolerance 0 under the key `golden check` will look up for the
+/// same `--backend` and `--quant`.
+fn from_slmcc(
+    args: &GoldenRecordArgs,
+    module: &slmcc_ir::Module,
+    quant: &slmcc::pipeline::Quant,
+    case: &Path,
+    inputs: &[(String, Tensor)],
+    values: &[String],
+) -> anyhow::Result<Recorded> {
+    let graph = entry_graph(module)?;
+    let capture = Capture::Names(values.iter().cloned().collect());
+    let cpu = args.threads.cpu_options();
+    let result = execute(
+        Backend::from(args.backend),
+        &cpu,
+        module,
+        graph,
+        inputs,
+        &capture,
+    )
+    .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;
+    let mut recorded = Vec::new();
+    for name in values {
+        let tensor = result.captured.get(name).or_else(|| {
+            result
+                .outputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t)
+        });
+        let Some(t) = tensor.filter(|t| t.dtype() == slmcc_ir::DType::F32) else {
+            continue;
+        };
+        let file = format!("v{:04}.npy", recorded.len());
+        npy::write(&case.join(&file), t).map_err(|e| anyhow!(e))?;
+        recorded.push((name.clone(), file, t.shape().to_vec()));
+    }
+    let key = match (quant, args.backend) {
+        (None, BackendArg::NpuSim | BackendArg::Npu) => BackendArg::Cpu.name().to_string(),
+        (None, b) => b.name().to_string(),
+        (q, _) => quant_name(q).to_string(),
+    };
+    let label = match quant {
+        None => args.backend.name().to_string(),
+        q => format!("{}, {}", args.backend.name(), quant_name(q)),
+    };
+    Ok(Recorded {
+        values: recorded,
+        source: format!(
+            "slmcc {} ({label}): self-goldens, compared bit for bit",
+            env!("CARGO_PKG_VERSION")
+        ),
+        tolerances: json!({ key: {"max_rel": 0.0} }),
+    })
+}
+
+/// onnxruntime's values, through the Python helper.
+fn from_onnxruntime(
+    args: &GoldenRecordArgs,
+    dir: &Path,
+    case: &Path,
+    feeds: serde_json::Map<String, Json>,
+    values: &[String],
+) -> anyhow::Result<Recorded> {
     let request = dir.join("request.json");
     std::fs::write(
         &request,
@@ -201,7 +348,7 @@ fn write_record(
         .arg("-c")
         .arg(HELPER)
         .arg(&args.model)
-        .arg(&case)
+        .arg(case)
         .arg(&request)
         .output()
         .with_context(|| format!("cannot run {}", python.display()))?;
@@ -219,43 +366,30 @@ fn write_record(
     }
     let recorded = answer["values"]
         .as_array()
-        .ok_or_else(|| anyhow!("the onnxruntime helper gave no values"))?;
-    if recorded.is_empty() {
-        bail!(
-            "{}: no float32 value of the fused graph is an ONNX node's output",
-            args.model.display()
-        );
-    }
-    let layers: Vec<Json> = recorded
+        .ok_or_else(|| anyhow!("the onnxruntime helper gave no values"))?
         .iter()
         .map(|v| {
-            json!({"layer": v[0], "value": v[0], "file": format!("{CASE}/{}", v[1].as_str().unwrap_or("")), "shape": v[2]})
+            let shape = v[2].as_array().map_or_else(Vec::new, |d| {
+                d.iter()
+                    .filter_map(|x| x.as_u64())
+                    .map(|x| x as usize)
+                    .collect()
+            });
+            (
+                v[0].as_str().unwrap_or_default().to_string(),
+                v[1].as_str().unwrap_or_default().to_string(),
+                shape,
+            )
         })
         .collect();
-    let sha = sha256_file(&args.model)
-        .with_context(|| format!("cannot read {}", args.model.display()))?;
-    let manifest = json!({
-        "model": model_path(&args.model, &args.output),
-        "model_sha256": hex(&sha),
-        "source": format!(
+    Ok(Recorded {
+        values: recorded,
+        source: format!(
             "onnxruntime {}, CPUExecutionProvider, ORT_DISABLE_ALL, 1 thread",
             answer["onnxruntime"].as_str().unwrap_or("?")
         ),
-        "relative_error": "max|a - b| / max(max|b|, 1e-6) over the whole tensor, b = golden",
-        "tolerances": {"reference": {"max_rel": 1e-5}, "cpu": {"max_rel": 1e-5}},
-        "cases": [{"name": CASE, "inputs": input_files, "layers": layers}],
-    });
-    let text = serde_json::to_string_pretty(&manifest).expect("JSON");
-    std::fs::write(dir.join("manifest.json"), text + "\n")
-        .with_context(|| format!("cannot write {}", dir.display()))?;
-    eprintln!(
-        "wrote {}: {} values of {} recorded by onnxruntime {}",
-        args.output.display(),
-        recorded.len(),
-        args.model.display(),
-        answer["onnxruntime"].as_str().unwrap_or("?")
-    );
-    Ok(())
+        tolerances: json!({"reference": {"max_rel": 1e-5}, "cpu": {"max_rel": 1e-5}}),
+    })
 }
 
 /// The model's path as the manifest names it: relative to the goldens'
