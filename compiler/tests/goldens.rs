@@ -253,3 +253,42 @@ fn golden_record_records_every_value_that_check_then_matches() {
     assert_eq!(names, ["qwen2"], "a failed record leaves nothing");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The CI recipe of docs/GOLDENS.md, as a user's CI runs it
+/// (docs/examples/goldens-ci.sh): record once, then check.
+#[test]
+fn the_documented_ci_recipe_records_and_checks() {
+    let dir = std::env::temp_dir().join(format!("slmcc-recipe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let script = repo().join("docs/examples/goldens-ci.sh");
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .current_dir(repo())
+            .env("SLMCC", env!("CARGO_BIN_EXE_slmcc"))
+            .output()
+            .unwrap()
+    };
+    let out = dir.to_str().unwrap();
+    let o = run(&[
+        "record",
+        "testdata/models/qwen2.onnx",
+        "input_ids=goldens/qwen2/seq5/input_ids.npy",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["check", out]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        stdout.matches("layers within tolerance").count(),
+        4,
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
