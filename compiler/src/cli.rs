@@ -908,6 +908,10 @@ pub struct GoldenCheckArgs {
     /// on the numbers. Models only; a package's passes ran at compile time.
     #[arg(long, value_name = "PIPELINE")]
     pub extra_passes: Option<String>,
+    /// Also write the results as JSON: every layer's max_abs, max_rel,
+    /// cosine, tolerance and verdict, and the first divergence.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -208,6 +208,31 @@ fn extra_passes_show_a_pass_effect_on_the_numbers() {
     assert!(same.status.success(), "{}", stderr(&same));
     let changed = check("quantize{activations=f32}");
     assert_eq!(changed.status.code(), Some(1), "{}", stderr(&changed));
+    // --json: every layer's figures and verdict, and the first divergence.
+    let json = std::env::temp_dir().join(format!("slmcc-cli-golden-{}.json", std::process::id()));
+    let o = slmcc(&[
+        "golden",
+        "check",
+        "goldens/qwen2",
+        "--backend",
+        "cpu",
+        "--extra-passes",
+        "quantize{activations=f32}",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["layers"].as_array().unwrap().len(), 10);
+    assert_eq!(report["layers"][0]["ok"], true);
+    assert_eq!(report["layers"][1]["ok"], false);
+    assert!(report["first_divergence"]
+        .as_str()
+        .unwrap()
+        .contains("model.layers.0"));
     assert!(
         stdout(&changed).contains("first divergence: goldens/qwen2 seq5 layer `model.layers.0`"),
         "{}",

@@ -173,6 +173,8 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
     };
     let mut first: Option<Divergence> = None;
     let mut layers_checked = 0usize;
+    // The --json report: one entry per layer checked.
+    let mut report: Vec<Json> = Vec::new();
     for arg in &args.goldens {
         let m = read_manifest(arg, tolerance)?;
         let mut module = load_module(&m.model)?;
@@ -235,6 +237,18 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 let cosine_ok = m.min_cosine.is_none_or(|c| d.cosine >= c);
                 let ok = d.max_rel <= m.max_rel && cosine_ok && d.mismatched_specials == 0;
                 layers_checked += 1;
+                report.push(serde_json::json!({
+                    "goldens": m.dir.display().to_string(),
+                    "case": case.name,
+                    "layer": l.layer,
+                    "value": l.value,
+                    "max_abs": d.max_abs,
+                    "max_rel": d.max_rel,
+                    "cosine": d.cosine,
+                    "max_rel_tolerance": m.max_rel,
+                    "min_cosine": m.min_cosine,
+                    "ok": ok,
+                }));
                 println!(
                     "  {:<28} {:>12.3e} {:>12.3e} {:>10.6}  {}",
                     l.layer,
@@ -273,6 +287,17 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 }
             }
         }
+    }
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "backend": args.backend.name(),
+            "quant": quant_name(&quant),
+            "ok": first.is_none(),
+            "first_divergence": first.as_ref().map(|d| format!("{}: {}", d.at, d.message)),
+            "layers": report,
+        });
+        let text = serde_json::to_string_pretty(&doc).expect("JSON") + "\n";
+        super::opt::write_atomically(path, text.as_bytes())?;
     }
     match first {
         None => {
