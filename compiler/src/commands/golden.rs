@@ -27,7 +27,7 @@ use slmcc_ir::OpDef;
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::{npy, Capture};
 
-use slmcc::pipeline::quant_name;
+use slmcc::pipeline::{quant_name, Quant};
 
 use super::load::{
     calibrate, entry_graph, execute, load_module, prepare_quantized, read_tensor, Backend,
@@ -160,17 +160,8 @@ struct Divergence {
 fn check(args: GoldenCheckArgs) -> CmdResult {
     let backend = Backend::from(args.backend);
     let quant = args.quant.get(QuantScheme::None)?;
-    let tolerance = match (quant, args.backend) {
-        // Unquantized, the register-interface backends run every node on
-        // the CPU kernels (they take only W8A8 products): cpu's tolerance.
-        (None, BackendArg::NpuSim | BackendArg::Npu) => BackendArg::Cpu.name(),
-        (None, b) => b.name(),
-        (q, _) => quant_name(&q),
-    };
-    let label = match quant {
-        None => args.backend.name().to_string(),
-        q => format!("{}, {}", args.backend.name(), quant_name(&q)),
-    };
+    let tolerance = tolerance_key(&quant, args.backend);
+    let label = run_label(&quant, args.backend);
     let mut first: Option<Divergence> = None;
     let mut layers_checked = 0usize;
     // The --json report: one entry per layer checked.
@@ -311,6 +302,26 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 d.at
             )))
         }
+    }
+}
+
+/// The key of a manifest's `tolerances` that a check on `backend` with
+/// `quant` reads: the quantization's name, else the backend's. Unquantized,
+/// the register-interface backends run every node on the CPU kernels (they
+/// take only W8A8 products): cpu's.
+pub(super) fn tolerance_key(quant: &Quant, backend: BackendArg) -> &'static str {
+    match (quant, backend) {
+        (None, BackendArg::NpuSim | BackendArg::Npu) => BackendArg::Cpu.name(),
+        (None, b) => b.name(),
+        (q, _) => quant_name(q),
+    }
+}
+
+/// `cpu`, or `npu-sim, w8a8`: what ran, for messages.
+pub(super) fn run_label(quant: &Quant, backend: BackendArg) -> String {
+    match quant {
+        None => backend.name().to_string(),
+        q => format!("{}, {}", backend.name(), quant_name(q)),
     }
 }
 

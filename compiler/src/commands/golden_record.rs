@@ -19,14 +19,13 @@ use slmcc_ir::Tensor;
 use slmcc_runtime::npy;
 use slmcc_runtime::package::{hex, sha256_file};
 
-use slmcc::pipeline::quant_name;
 use slmcc_runtime::Capture;
 
 use super::load::{
     calibrate, entry_graph, execute, load_module, prepare_quantized, read_tensor, Backend,
 };
 use super::opt::partial_path;
-use crate::cli::{BackendArg, GoldenRecordArgs, QuantScheme};
+use crate::cli::{GoldenRecordArgs, QuantScheme};
 use crate::exit::CmdResult;
 
 /// The helper that runs onnxruntime.
@@ -165,7 +164,8 @@ fn name_inputs(
                 (false, _) => Ok((name, t)),
                 (true, Some(n)) => Ok((n.to_string(), t)),
                 (true, None) => Err(anyhow!(
-                    "input {i} has no name and the model has no input {i}"
+                    "{}: input {i} has no name and the model has no input {i}",
+                    model.display()
                 )),
             },
         )
@@ -232,7 +232,7 @@ fn write_record(
     };
     if recorded.values.is_empty() {
         bail!(
-            "{}: no float32 value of the fused graph is an ONNX node's output",
+            "{}: no float32 value of the fused graph to record",
             args.model.display()
         );
     }
@@ -305,15 +305,8 @@ fn from_slmcc(
         npy::write(&case.join(&file), t).map_err(|e| anyhow!(e))?;
         recorded.push((name.clone(), file, t.shape().to_vec()));
     }
-    let key = match (quant, args.backend) {
-        (None, BackendArg::NpuSim | BackendArg::Npu) => BackendArg::Cpu.name().to_string(),
-        (None, b) => b.name().to_string(),
-        (q, _) => quant_name(q).to_string(),
-    };
-    let label = match quant {
-        None => args.backend.name().to_string(),
-        q => format!("{}, {}", args.backend.name(), quant_name(q)),
-    };
+    let key = super::golden::tolerance_key(quant, args.backend);
+    let label = super::golden::run_label(quant, args.backend);
     Ok(Recorded {
         values: recorded,
         source: format!(
