@@ -481,11 +481,12 @@ fn failed_output_leaves_nothing_behind() {
 }
 
 #[test]
-fn unimplemented_subcommands_say_so() {
+fn golden_record_needs_a_model_and_a_folder() {
     expect_bad_input(
-        &["golden", "record", "goldens/llama"],
-        "is not yet supported",
+        &["golden", "record", "goldens/llama", "-o", "never"],
+        "goldens/llama: golden record takes an ONNX model (.onnx)",
     );
+    assert!(!common::repo().join("never").exists());
 }
 
 #[test]
