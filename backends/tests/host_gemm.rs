@@ -10,7 +10,6 @@ mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{check_with, Expect, Kind::*, Lcg};
 use slmcc_backends::cpu::hostgemm::slmcc_sgemm;
@@ -23,17 +22,18 @@ use slmcc_ir::ops::matmul::MatMul;
 /// Counts allocations made on a thread while it has counting on.
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
+// Per thread, the switch and the count: tests run on several threads at
+// once, and another test's allocations must not count here.
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.try_with(Cell::get).unwrap_or(false) {
-            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
         }
         System.alloc(layout)
     }
@@ -177,7 +177,7 @@ fn sgemm_accumulates_and_allocates_nothing() {
                 ensure_workers(threads as usize);
                 let mut c = c0.clone();
                 COUNTING.with(|f| f.set(true));
-                let before = ALLOCATIONS.load(Ordering::SeqCst);
+                let before = ALLOCATIONS.with(Cell::get);
                 // SAFETY: row-major buffers of exactly these sizes.
                 unsafe {
                     slmcc_sgemm(
@@ -194,7 +194,7 @@ fn sgemm_accumulates_and_allocates_nothing() {
                         threads,
                     )
                 };
-                let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
+                let allocations = ALLOCATIONS.with(Cell::get) - before;
                 COUNTING.with(|f| f.set(false));
                 let what = format!("{m}x{n}x{k} accumulate={accumulate} threads={threads}");
                 assert_eq!(allocations, 0, "{what}: allocations");

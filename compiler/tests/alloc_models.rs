@@ -21,7 +21,6 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{repo, run_pipeline, tokens, DECODERS};
@@ -39,16 +38,17 @@ use slmcc_runtime::{run_graph, Capture};
 /// counting switched on.
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-static DEALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
+// Per thread, the switch and the counts: tests run on several threads at
+// once, and another test's allocations must not count here.
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    static DEALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
-fn note(counter: &AtomicUsize) {
+fn note(counter: &'static std::thread::LocalKey<Cell<usize>>) {
     if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        counter.fetch_add(1, Ordering::SeqCst);
+        let _ = counter.try_with(|n| n.set(n.get() + 1));
     }
 }
 
@@ -81,17 +81,14 @@ static GLOBAL: Counting = Counting;
 
 /// Allocations and deallocations `f` makes on this thread.
 fn counted<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
-    let (a0, d0) = (
-        ALLOCATIONS.load(Ordering::SeqCst),
-        DEALLOCATIONS.load(Ordering::SeqCst),
-    );
+    let (a0, d0) = (ALLOCATIONS.with(Cell::get), DEALLOCATIONS.with(Cell::get));
     COUNTING.with(|c| c.set(true));
     let out = f();
     COUNTING.with(|c| c.set(false));
     (
         out,
-        ALLOCATIONS.load(Ordering::SeqCst) - a0,
-        DEALLOCATIONS.load(Ordering::SeqCst) - d0,
+        ALLOCATIONS.with(Cell::get) - a0,
+        DEALLOCATIONS.with(Cell::get) - d0,
     )
 }
 

@@ -12,7 +12,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use slmcc_ir::ops::binary::BinaryKind;
 use slmcc_ir::ops::unary::UnaryKind;
@@ -26,15 +25,16 @@ use slmcc_runtime::{run_graph, Capture};
 /// Counts allocations made on a thread while it has counting switched on.
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
+// Per thread, both the switch and the count: tests run on several threads
+// at once, and another test's allocations must not count here.
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
 }
 
 fn note() {
     if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
     }
 }
 
@@ -65,11 +65,11 @@ static GLOBAL: Counting = Counting;
 
 /// Allocations `f` makes on this thread.
 fn allocations_in<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOCATIONS.with(Cell::get);
     COUNTING.with(|c| c.set(true));
     let out = f();
     COUNTING.with(|c| c.set(false));
-    (out, ALLOCATIONS.load(Ordering::SeqCst) - before)
+    (out, ALLOCATIONS.with(Cell::get) - before)
 }
 
 /// Test-only kernels: f32 element-wise ops, and reshape.
