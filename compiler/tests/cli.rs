@@ -303,6 +303,19 @@ fn inputs_found_by_fuzzing_are_refused() {
         ],
         "not a tokenizer.json: key must be a string",
     );
+    // Nested groups in an unknown field: the protobuf crate skips them by
+    // recursing once per group, and 2 million of them overflowed the stack.
+    let deep = dir.join("deep.onnx");
+    std::fs::write(&deep, [0x9b, 0x06].repeat(2_000_000)).unwrap();
+    for model in [
+        deep.to_str().unwrap(),
+        "testdata/malformed/fuzz/onnx_import/nested-groups-in-unknown-field",
+    ] {
+        expect_bad_input(
+            &["import", model],
+            "not a valid ONNX model: byte 0: field 99 opens groups nested deeper than 100",
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

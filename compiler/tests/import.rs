@@ -39,7 +39,7 @@ const M: &str = "testdata/malformed";
 fn truncated_model() {
     expect_rejected(
         &format!("{M}/truncated.onnx"),
-        "not a valid ONNX model: Unexpected end of file",
+        "not a valid ONNX model: Unexpected EOF",
     );
 }
 

@@ -39,6 +39,7 @@ pub mod context;
 mod graph;
 pub mod ops;
 pub mod tensor;
+pub mod wire;
 
 #[cfg(test)]
 mod testutil;
@@ -104,9 +105,17 @@ pub fn import_model(path: &Path) -> Result<Module, ImportError> {
             "is a folder, not an ONNX model file",
         ));
     }
-    // Parsed from a buffered reader, so the file's bytes are not held twice.
-    let model = ModelProto::parse_from_reader(&mut std::io::BufReader::new(file))
+    // Parsed from a read-only mapping, so the file's bytes are not held
+    // twice; its wire format is checked first (`wire`).
+    // SAFETY: read-only; a model file changed by another process while it
+    // is imported is outside what we defend against (as for packages).
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|e| ImportError::new(path, format!("cannot read the file: {e}")))?;
+    wire::check_group_nesting(&map, wire::Kind::Model)
         .map_err(|e| ImportError::new(path, format!("not a valid ONNX model: {e}")))?;
+    let model = ModelProto::parse_from_bytes(&map)
+        .map_err(|e| ImportError::new(path, format!("not a valid ONNX model: {e}")))?;
+    drop(map);
     import_model_proto(model, path)
 }
 
@@ -122,6 +131,8 @@ pub fn import_model_proto(model: ModelProto, path: &Path) -> Result<Module, Impo
 pub fn read_tensor_pb(path: &Path) -> Result<(String, Tensor), ImportError> {
     let bytes =
         fs::read(path).map_err(|e| ImportError::new(path, format!("cannot read the file: {e}")))?;
+    wire::check_group_nesting(&bytes, wire::Kind::Tensor)
+        .map_err(|e| ImportError::new(path, format!("not a valid TensorProto: {e}")))?;
     let proto = TensorProto::parse_from_bytes(&bytes)
         .map_err(|e| ImportError::new(path, format!("not a valid TensorProto: {e}")))?;
     let tensor = tensor::decode_tensor(&proto, &model_dir(path)).map_err(|e| {
