@@ -268,8 +268,9 @@ fn extra_passes_show_a_pass_effect_on_the_numbers() {
 }
 
 /// The crashes fuzzing found (testdata/malformed/fuzz: each file is a fuzz
-/// target's input, its first byte the target's mode), given to the
-/// commands that read such files: each is refused on one line, exit 2.
+/// target's input, its first byte the target's mode where it takes one),
+/// given to the commands that read such files: each is refused on one
+/// line, exit 2.
 #[test]
 fn inputs_found_by_fuzzing_are_refused() {
     let dir = std::env::temp_dir().join(format!("slmcc-cli-fuzz-{}", std::process::id()));
