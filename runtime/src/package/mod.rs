@@ -15,10 +15,13 @@
 //!     48     32  SHA-256 of the manifest bytes
 //!     80     32  SHA-256 of the weights' integrity table: the SHA-256
 //!                digests of the weights' sections, concatenated in order
-//!    112     16  zero
+//!    112      4  signature trailer length (u32): 0 unsigned, or
+//!                [`signature::TRAILER_BYTES`]
+//!    116     12  zero
 //!    128         the manifest (protobuf, [`Manifest`]), zeros up to the
 //!                weights offset, then the weights (safetensors layout, its
-//!                data 64-byte aligned in the file); nothing after them
+//!                data 64-byte aligned in the file), then the signature
+//!                trailer if signed; nothing after it
 //! ```
 //!
 //! The manifest holds the version set, the compile options, and one entry
@@ -35,7 +38,9 @@
 //! and padding bytes are zero, the manifest's digest, the integrity table
 //! against the header, every weight section against the table (in place
 //! in the mapping, on several threads), and the version set (a runtime ABI
-//! other than [`RUNTIME_ABI`] is refused): one flipped byte anywhere in the
+//! other than [`RUNTIME_ABI`] is refused), and a signed package's signature
+//! ([`signature`]; whether the signer is trusted is the caller's question,
+//! [`Package::check_signer`]): one flipped byte anywhere in the
 //! file is an error naming the file and the part that failed (for the
 //! weights, the section and its byte range).
 //! [`encode`] is deterministic: the same manifest and weights give the same
@@ -43,6 +48,7 @@
 
 pub mod manifest;
 pub mod sections;
+pub mod signature;
 
 use std::fmt;
 use std::io::Write;
@@ -62,8 +68,11 @@ pub use manifest::{
 
 /// The first bytes of every package.
 pub const MAGIC: [u8; 7] = *b"SLMPKG\0";
-/// The layout version this runtime reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+/// The layout version this runtime writes and reads. Version 2 was this
+/// layout without signatures; it is not read, because nothing in an
+/// unsigned package covers the header, so a flipped bit turning 3 into 2
+/// would load unnoticed.
+pub const FORMAT_VERSION: u32 = 3;
 /// The runtime ABI this runtime implements (see [`VersionSet::runtime_abi`]).
 pub const RUNTIME_ABI: u32 = 2;
 /// The fixed header's length.
@@ -93,6 +102,8 @@ pub enum Part {
     Weights,
     /// The version set: what the package needs of the runtime.
     Versions,
+    /// The signature, or who made it.
+    Signature,
 }
 
 impl fmt::Display for Part {
@@ -103,6 +114,7 @@ impl fmt::Display for Part {
             Part::Manifest => "manifest",
             Part::Weights => "weights",
             Part::Versions => "version set",
+            Part::Signature => "signature",
         })
     }
 }
@@ -153,6 +165,17 @@ pub fn seal(manifest: Manifest, weights: &[u8]) -> Manifest {
 /// integrity table is [`seal`]ed here; one with a table is written as it
 /// is (the table must be that of `weights`, or the package will not load).
 pub fn encode_to(w: &mut dyn Write, manifest: &Manifest, weights: &[u8]) -> std::io::Result<usize> {
+    encode_signed_to(w, manifest, weights, None)
+}
+
+/// [`encode_to`], signed with `signer` when one is given (the trailer of
+/// [`signature`] after the weights).
+pub fn encode_signed_to(
+    w: &mut dyn Write,
+    manifest: &Manifest,
+    weights: &[u8],
+    signer: Option<&ed25519_dalek::SigningKey>,
+) -> std::io::Result<usize> {
     let sealed;
     let manifest = match manifest.weight_sections {
         Some(_) => manifest,
@@ -175,12 +198,22 @@ pub fn encode_to(w: &mut dyn Write, manifest: &Manifest, weights: &[u8]) -> std:
     }
     head.extend_from_slice(&sha256(&m));
     head.extend_from_slice(&top);
+    let trailer_len = if signer.is_some() {
+        signature::TRAILER_BYTES
+    } else {
+        0
+    };
+    head.extend_from_slice(&(trailer_len as u32).to_le_bytes());
     head.resize(HEADER_BYTES, 0);
+    let trailer = signer.map(|key| signature::trailer(&head, key));
     head.extend_from_slice(&m);
     head.resize(woff, 0);
     w.write_all(&head)?;
     w.write_all(weights)?;
-    Ok(woff + weights.len())
+    if let Some(t) = &trailer {
+        w.write_all(t)?;
+    }
+    Ok(woff + weights.len() + trailer_len)
 }
 
 /// The SHA-256 of a file's contents, read in chunks.
@@ -258,6 +291,9 @@ pub fn check_versions(v: &VersionSet) -> Result<(), String> {
 pub struct Package {
     pub path: PathBuf,
     pub manifest: Manifest,
+    /// The key that signed the package, verified at open; `None` when it
+    /// is not signed.
+    pub signer: Option<ed25519_dalek::VerifyingKey>,
     map: Arc<Mmap>,
     manifest_range: Range<usize>,
     weights_range: Range<usize>,
@@ -311,7 +347,8 @@ impl Package {
         let version = u32_at(b, 8);
         if version != FORMAT_VERSION {
             return Err(header(format!(
-                "format version {version}, this slmcc reads version {FORMAT_VERSION}"
+                "format version {version}, this slmcc reads version {FORMAT_VERSION} \
+                 (compile the package again with this slmcc)"
             )));
         }
         let hlen = u32_at(b, 12) as usize;
@@ -321,24 +358,43 @@ impl Package {
             )));
         }
         let [moff, mlen, woff, wlen] = [16, 24, 32, 40].map(|at| u64_at(b, at));
+        if b[7] != 0 || b[116..HEADER_BYTES].iter().any(|&x| x != 0) {
+            return Err(header("reserved header bytes are not zero".to_string()));
+        }
+        let trailer_len = u64::from(u32_at(b, 112));
+        if trailer_len != 0 && trailer_len != signature::TRAILER_BYTES as u64 {
+            return Err(header(format!(
+                "a signature trailer of {trailer_len} bytes (a signed package's is {})",
+                signature::TRAILER_BYTES
+            )));
+        }
         let expect_woff = (HEADER_BYTES as u64)
             .checked_add(mlen)
             .map(|e| e.div_ceil(WEIGHTS_ALIGN as u64) * WEIGHTS_ALIGN as u64);
-        let end = woff.checked_add(wlen);
+        let end = woff
+            .checked_add(wlen)
+            .and_then(|e| e.checked_add(trailer_len));
         if moff != HEADER_BYTES as u64 || Some(woff) != expect_woff || end != Some(b.len() as u64) {
             return Err(header(format!(
-                "sections (manifest {moff}+{mlen}, weights {woff}+{wlen}) do not match a \
-                 {}-byte package: the file is truncated or corrupted",
+                "sections (manifest {moff}+{mlen}, weights {woff}+{wlen}, signature \
+                 {trailer_len}) do not match a {}-byte package: the file is truncated or corrupted",
                 b.len()
             )));
         }
         let (mrange, wrange) = (
             moff as usize..(moff + mlen) as usize,
-            woff as usize..b.len(),
+            woff as usize..(woff + wlen) as usize,
         );
-        if b[7] != 0 || b[112..HEADER_BYTES].iter().any(|&x| x != 0) {
-            return Err(header("reserved header bytes are not zero".to_string()));
-        }
+        // The signature covers the header, whose digests cover the rest:
+        // checked first, so that a package changed after signing is named
+        // as such.
+        let signer = match trailer_len {
+            0 => None,
+            _ => Some(
+                signature::verify(&b[..HEADER_BYTES], &b[wrange.end..])
+                    .map_err(|m| fail(Part::Signature, m))?,
+            ),
+        };
         if b[mrange.end..wrange.start].iter().any(|&x| x != 0) {
             return Err(fail(
                 Part::Manifest,
@@ -384,10 +440,33 @@ impl Package {
         Ok(Package {
             path: path.to_path_buf(),
             manifest,
+            signer,
             map: Arc::new(map),
             manifest_range: mrange,
             weights_range: wrange,
         })
+    }
+
+    /// Refuses the package unless `trusted` signed it (`--trust`).
+    pub fn check_signer(&self, trusted: &ed25519_dalek::VerifyingKey) -> Result<(), PackageError> {
+        let fail = |message: String| PackageError {
+            path: self.path.clone(),
+            part: Part::Signature,
+            message,
+        };
+        match &self.signer {
+            None => Err(fail(format!(
+                "the package is not signed, and only packages signed by {} are trusted \
+                 (compile --sign KEY)",
+                signature::key_id(trusted)
+            ))),
+            Some(key) if key != trusted => Err(fail(format!(
+                "signed by {}, not by the trusted key {}",
+                signature::key_id(key),
+                signature::key_id(trusted)
+            ))),
+            Some(_) => Ok(()),
+        }
     }
 
     /// The whole file's size in bytes.
@@ -656,6 +735,86 @@ module @m {
         assert!(e.to_string().contains("truncated"), "{e}");
         let e = Package::open(&write("magic", b"PK\x03\x04 not a package")).unwrap_err();
         assert!(e.to_string().contains("not a slmcc package"), "{e}");
+    }
+
+    /// A signed package names its signer, and one flipped byte anywhere,
+    /// the trailer included, is refused; the trust check refuses another
+    /// key and an unsigned package.
+    #[test]
+    fn signed_packages_verify_and_refuse_any_flipped_byte() {
+        use ed25519_dalek::SigningKey;
+        let m = planned();
+        let blob = weights_blob(&m.weights).unwrap();
+        let (a, b) = (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+        );
+        let mut bytes = Vec::new();
+        let n = encode_signed_to(&mut bytes, &manifest(&m, RUNTIME_ABI), &blob, Some(&a)).unwrap();
+        assert_eq!(n, bytes.len());
+        let unsigned = encode(&manifest(&m, RUNTIME_ABI), &blob);
+        assert_eq!(bytes.len(), unsigned.len() + signature::TRAILER_BYTES);
+        let pkg = Package::open(&write("signed", &bytes)).unwrap();
+        assert_eq!(pkg.signer, Some(a.verifying_key()));
+        pkg.check_signer(&a.verifying_key()).unwrap();
+        let e = pkg.check_signer(&b.verifying_key()).unwrap_err();
+        assert_eq!(e.part, Part::Signature);
+        assert!(e.to_string().contains("not by the trusted key"), "{e}");
+        let plain = Package::open(&write("unsigned", &unsigned)).unwrap();
+        assert_eq!(plain.signer, None);
+        let e = plain.check_signer(&a.verifying_key()).unwrap_err();
+        assert!(e.to_string().contains("not signed"), "{e}");
+        // The weights are checked in the same place as unsigned ones.
+        assert_eq!(pkg.weights_bytes(), plain.weights_bytes());
+        let woff = unsigned.len() - plain.weights_bytes();
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x10;
+            let e = Package::open(&write("signed-flip", &bad)).unwrap_err();
+            let want = if at < HEADER_BYTES {
+                vec![Part::Header, Part::Signature]
+            } else if at < woff {
+                vec![Part::Manifest]
+            } else if at < unsigned.len() {
+                vec![Part::Weights]
+            } else {
+                vec![Part::Signature]
+            };
+            assert!(want.contains(&e.part), "byte {at}: {e}");
+        }
+        // The trailer cut off is a short file.
+        let e = Package::open(&write("cut", &bytes[..unsigned.len()])).unwrap_err();
+        assert_eq!(e.part, Part::Header, "{e}");
+        // Another signer's whole trailer is a valid signature by that
+        // signer: the package opens, and the trust check refuses it.
+        let mut other = Vec::new();
+        encode_signed_to(&mut other, &manifest(&m, RUNTIME_ABI), &blob, Some(&b)).unwrap();
+        let at = unsigned.len();
+        let mut resigned = bytes.clone();
+        resigned[at..].copy_from_slice(&other[at..]);
+        let pkg = Package::open(&write("resigned", &resigned)).unwrap();
+        assert_eq!(pkg.signer, Some(b.verifying_key()));
+        assert!(pkg.check_signer(&a.verifying_key()).is_err());
+        // B's signature under A's key is refused at open.
+        let mut pasted = bytes.clone();
+        pasted[at + 32..].copy_from_slice(&other[at + 32..]);
+        let e = Package::open(&write("pasted", &pasted)).unwrap_err();
+        assert_eq!(e.part, Part::Signature, "{e}");
+    }
+
+    /// Version 2 (the layout without signatures) is refused: one flipped
+    /// bit turns 3 into 2.
+    #[test]
+    fn refuses_format_version_2() {
+        let m = planned();
+        let mut bytes = encode(
+            &manifest(&m, RUNTIME_ABI),
+            &weights_blob(&m.weights).unwrap(),
+        );
+        bytes[8] ^= 1;
+        let e = Package::open(&write("v2", &bytes)).unwrap_err();
+        assert_eq!(e.part, Part::Header);
+        assert!(e.to_string().contains("format version 2"), "{e}");
     }
 
     #[test]
