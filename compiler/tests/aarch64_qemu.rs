@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use common::{repo, run_pipeline, slmcc, stderr};
+use common::{repo, run_pipeline, scratch_dir, slmcc, stderr};
 use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
 use slmcc_backends::cpu::math::MathFn;
 use slmcc_backends::cpu::CpuOptions;
@@ -148,13 +148,6 @@ fn cross() -> Option<&'static Cross> {
         }
         Err(e) => panic!("{e}"),
     }
-}
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("slmcc-qemu-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// The C table that maps each kernel symbol to its address: what a loader
@@ -615,7 +608,7 @@ fn single_op_objects_match_the_reference_under_qemu() {
             .unwrap_or_else(|e| panic!("{}: reference: {e}", case.name))
             .outputs;
         for (mode, options) in &modes {
-            let dir = tmpdir(&format!("op{c}-{mode}"));
+            let dir = scratch_dir(&format!("qemu-op{c}-{mode}"));
             let obj = compile_object(graph, AARCH64_LINUX, "slmcc_t", options)
                 .unwrap_or_else(|e| panic!("{} ({mode}): {e}", case.name));
             let kernels: Vec<(usize, String)> = obj
@@ -700,7 +693,7 @@ fn gather_out_of_range_is_a_status_under_qemu() {
         .map(|k| (k.node, k.symbol.clone()))
         .collect();
     let table = Tensor::from_f32(vec![4, 2], (0..8).map(|x| x as f32).collect());
-    let dir = tmpdir("oob");
+    let dir = scratch_dir("qemu-oob");
     for (ids, want) in [(vec![3, -4, 1], Ok(())), (vec![0, 4, 1], Err(Some(1)))] {
         let inputs = vec![
             ("t".to_string(), table.clone()),
@@ -734,7 +727,7 @@ fn gather_out_of_range_is_a_status_under_qemu() {
 fn qwen2_package_object_matches_onnxruntime_under_qemu() {
     let Some(cross) = cross() else { return };
     let started = Instant::now();
-    let dir = tmpdir("qwen2");
+    let dir = scratch_dir("qemu-qwen2");
     let pkg = dir.join("qwen2.slmpkg");
     let o = slmcc(&[
         "compile",

@@ -5,45 +5,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{repo, slmcc, stderr, stdout};
+use common::{compile_llama, repo, scratch_dir, slmcc, stderr, stdout, UNFUSED};
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::package::{self, Package, HEADER_BYTES};
 
-/// The pipeline without fusion: every op of it lowers on the cpu backend
-/// (the fused attention/rope/add+norm kernels are lowered separately).
-const UNFUSED: &str = "shape-infer,const-fold,dce,cse";
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("slmcc-package-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// Compiles llama (unfused, buckets 8 and 16) into `out` with `extra` args.
-fn compile_llama(out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "compile",
-        "testdata/models/llama.onnx",
-        "--target",
-        "cpu",
-        "--buckets",
-        "8,16",
-        "--passes",
-        UNFUSED,
-        "-o",
-        s(out),
-    ];
-    args.extend_from_slice(extra);
-    let o = slmcc(&args);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    o
 }
 
 /// Runs the package on the seq5 golden input and returns the max relative
@@ -64,7 +33,7 @@ fn run_seq5(pkg: &Path, dir: &Path) -> f64 {
 
 #[test]
 fn compiling_twice_gives_identical_bytes() {
-    let dir = tmpdir("twice");
+    let dir = scratch_dir("package-twice");
     for extra in [&[][..], &["--cpu", "aarch64"][..]] {
         let (a, b) = (dir.join("a.slmpkg"), dir.join("b.slmpkg"));
         let o = compile_llama(&a, extra);
@@ -89,7 +58,7 @@ fn compiling_twice_gives_identical_bytes() {
 /// failed in two runs of three.)
 #[test]
 fn racing_compiles_of_one_path_never_expose_a_partial_package() {
-    let dir = tmpdir("race");
+    let dir = scratch_dir("package-race");
     let out = dir.join("m.slmpkg");
     let spawn = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_slmcc"))
@@ -129,7 +98,7 @@ fn racing_compiles_of_one_path_never_expose_a_partial_package() {
 /// and give the tokens one process alone gives.
 #[test]
 fn two_generate_processes_share_one_package() {
-    let dir = tmpdir("shared");
+    let dir = scratch_dir("package-shared");
     let pkg = dir.join("kv.slmpkg");
     let o = slmcc(&[
         "compile",
@@ -172,7 +141,7 @@ fn two_generate_processes_share_one_package() {
 
 #[test]
 fn runs_on_the_golden_input_and_reports() {
-    let dir = tmpdir("run");
+    let dir = scratch_dir("package-run");
     let pkg = dir.join("llama.slmpkg");
     let json = dir.join("report.json");
     compile_llama(&pkg, &["--report", s(&json)]);
@@ -233,7 +202,7 @@ fn runs_on_the_golden_input_and_reports() {
 
 #[test]
 fn aarch64_packages_carry_objects_and_still_run_on_the_host() {
-    let dir = tmpdir("aarch64");
+    let dir = scratch_dir("package-aarch64");
     let pkg = dir.join("llama.slmpkg");
     compile_llama(&pkg, &["--cpu", "aarch64"]);
     let p = Package::open(&pkg).unwrap();
@@ -260,7 +229,7 @@ fn aarch64_packages_carry_objects_and_still_run_on_the_host() {
 
 #[test]
 fn corrupted_packages_are_refused_naming_the_part() {
-    let dir = tmpdir("corrupt");
+    let dir = scratch_dir("package-corrupt");
     let pkg = dir.join("llama.slmpkg");
     compile_llama(&pkg, &[]);
     let bytes = std::fs::read(&pkg).unwrap();
@@ -311,7 +280,7 @@ fn corrupted_packages_are_refused_naming_the_part() {
 
 #[test]
 fn another_runtime_abi_is_refused() {
-    let dir = tmpdir("abi");
+    let dir = scratch_dir("package-abi");
     let pkg = dir.join("llama.slmpkg");
     compile_llama(&pkg, &[]);
     let p = Package::open(&pkg).unwrap();
@@ -333,7 +302,7 @@ fn another_runtime_abi_is_refused() {
 
 #[test]
 fn the_default_pipeline_compiles_or_names_the_node_that_does_not_lower() {
-    let dir = tmpdir("default");
+    let dir = scratch_dir("package-default");
     let pkg = dir.join("llama.slmpkg");
     let o = slmcc(&[
         "compile",
@@ -365,7 +334,7 @@ fn the_default_pipeline_compiles_or_names_the_node_that_does_not_lower() {
 
 #[test]
 fn unsupported_targets_and_options_exit_2() {
-    let dir = tmpdir("unsupported");
+    let dir = scratch_dir("package-unsupported");
     let out = dir.join("x.slmpkg");
     for (extra, want) in [
         (
@@ -417,7 +386,7 @@ fn unsupported_targets_and_options_exit_2() {
 
 #[test]
 fn bucket_profiles_choose_the_buckets() {
-    let dir = tmpdir("profile");
+    let dir = scratch_dir("package-profile");
     let profile = dir.join("lengths.txt");
     std::fs::write(&profile, "5 10\n12 3\n30 1\n").unwrap();
     let pkg = dir.join("llama.slmpkg");
@@ -445,7 +414,7 @@ fn bucket_profiles_choose_the_buckets() {
 
 #[test]
 fn a_node_that_does_not_lower_is_named_and_nothing_is_written() {
-    let dir = tmpdir("lower");
+    let dir = scratch_dir("package-lower");
     // 4-bit arithmetic is not lowered by the cpu backend (copies are).
     let src = dir.join("q.slm");
     std::fs::write(

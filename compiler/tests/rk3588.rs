@@ -7,16 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::{repo, slmcc, stderr, stdout};
-
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("slmcc-rk3588-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use common::{repo, scratch_dir, slmcc, stderr, stdout};
 
 fn ok(args: &[&str]) -> String {
     let o = slmcc(args);
@@ -26,7 +17,7 @@ fn ok(args: &[&str]) -> String {
 
 #[test]
 fn every_decoder_compiles_runs_on_npu_sim_like_cpu_and_reports() {
-    let dir = tmpdir("models");
+    let dir = scratch_dir("rk3588-models");
     let models = [
         "llama", "qwen2", "phi3", "gpt2", "llama_ts", "qwen2_ts", "phi3_ts", "gpt2_ts",
     ];
@@ -101,7 +92,7 @@ fn every_decoder_compiles_runs_on_npu_sim_like_cpu_and_reports() {
 
 #[test]
 fn the_same_model_compiles_to_the_same_bytes() {
-    let dir = tmpdir("same");
+    let dir = scratch_dir("rk3588-same");
     let (a, b) = (dir.join("a.slmpkg"), dir.join("b.slmpkg"));
     for p in [&a, &b] {
         ok(&[
@@ -193,7 +184,7 @@ fn a_cpu_report_has_no_npu_programs() {
 /// npu` without a device runs them on the CPU and says so once.
 #[test]
 fn npu_sim_runs_the_qmatmuls_through_the_register_interface() {
-    let dir = tmpdir("npu-sim");
+    let dir = scratch_dir("rk3588-npu-sim");
     // The tiny models: q, k, v and o of 2 layers (phi3: its fused qkv, o
     // and fused gate_up `qswiglu`); their 176-wide MLPs stay on the CPU.
     // The trained Llama (hidden 256, MLP 704): every projection of its 4

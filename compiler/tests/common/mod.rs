@@ -49,6 +49,41 @@ pub fn slmcc(args: &[&str]) -> Output {
         .expect("run slmcc")
 }
 
+/// A fresh, empty folder for one test: `slmcc-NAME-PID` in the temporary
+/// directory.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("slmcc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The pipeline without fusion: every op of it lowers on the cpu backend
+/// (the fused attention/rope/add+norm kernels are lowered separately).
+pub const UNFUSED: &str = "shape-infer,const-fold,dce,cse";
+
+/// `slmcc compile` of llama (unfused, buckets 8 and 16, cpu) into `out`
+/// with `extra` args; panics unless it succeeds.
+pub fn compile_llama(out: &Path, extra: &[&str]) -> Output {
+    let out = out.to_str().unwrap();
+    let mut args = vec![
+        "compile",
+        "testdata/models/llama.onnx",
+        "--target",
+        "cpu",
+        "--buckets",
+        "8,16",
+        "--passes",
+        UNFUSED,
+        "-o",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    let o = slmcc(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    o
+}
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
