@@ -207,6 +207,38 @@ pub enum Command {
     /// Measure a model's quality: perplexity on a text.
     #[command(after_long_help = EVAL_AFTER_HELP)]
     Eval(EvalArgs),
+    /// Make an Ed25519 key pair for signing packages (compile --sign KEY)
+    /// and checking them (run/generate --trust PUBKEY).
+    #[command(after_long_help = KEYGEN_AFTER_HELP)]
+    Keygen(KeygenArgs),
+}
+
+const KEYGEN_AFTER_HELP: &str = "\
+Files:
+  NAME.key  the private key: PKCS#8 PEM, created with mode 0600
+  NAME.pub  the public key: SubjectPublicKeyInfo PEM
+  They are the formats openssl writes, so a key made by
+  `openssl genpkey -algorithm ed25519 -out NAME.key` and
+  `openssl pkey -in NAME.key -pubout -out NAME.pub` works as well.
+  Neither file may exist already.
+
+Signing:
+  compile --sign NAME.key signs the package's header, which holds the
+  SHA-256 of the manifest and of the weights; run and generate
+  --trust NAME.pub refuse a package that is unsigned, whose signature does
+  not verify, or that another key signed. report PKG names the signer.
+
+Example:
+  slmcc keygen release
+  slmcc compile testdata/models/qwen2.onnx --target cpu --sign release.key \\
+    -o qwen2.slmpkg
+  slmcc run qwen2.slmpkg --trust release.pub \\
+    --input input_ids=goldens/qwen2/seq11/input_ids.npy";
+
+#[derive(Args, Debug)]
+pub struct KeygenArgs {
+    /// The key pair's name: writes NAME.key and NAME.pub.
+    pub name: PathBuf,
 }
 
 const EVAL_AFTER_HELP: &str = "\
@@ -483,6 +515,10 @@ pub struct CompileArgs {
     pub kv_cache: bool,
     #[command(flatten)]
     pub kv: KvArgs,
+    /// Sign the package with this Ed25519 private key (PKCS#8 PEM, from
+    /// `slmcc keygen` or openssl).
+    #[arg(long, value_name = "KEY.key")]
+    pub sign: Option<PathBuf>,
 }
 
 const COMPILE_AFTER_HELP: &str = "\
@@ -505,6 +541,9 @@ Package:
   aarch64 object with --cpu aarch64), and the weights (safetensors layout,
   64-byte aligned). Same model and options give the same bytes. slmcc run
   PKG and slmcc report PKG load it, verifying everything.
+  With --sign KEY a 96-byte trailer follows: the Ed25519 public key and its
+  signature over the header (which names both digests); run and generate
+  --trust PUBKEY then refuse any package that key did not sign.
 
 Example:
   slmcc compile testdata/models/llama.onnx --target cpu --buckets 64,128 \\
@@ -515,6 +554,10 @@ pub struct RunArgs {
     /// An ONNX model, textual IR (`.slm`, with its weights file), or a
     /// package (`.slmpkg`, from `slmcc compile`).
     pub model: PathBuf,
+    /// Refuse the package unless this Ed25519 public key (PEM, from
+    /// `slmcc keygen`) signed it (`compile --sign`).
+    #[arg(long, value_name = "KEY.pub")]
+    pub trust: Option<PathBuf>,
     /// Where to run [default: reference; for a package its target: cpu,
     /// or npu-sim for rk3588].
     #[arg(long, value_enum)]
@@ -552,6 +595,10 @@ pub struct GenerateArgs {
     /// A decoder: an ONNX model (input_ids -> logits) or a package compiled
     /// with --kv-cache.
     pub model: PathBuf,
+    /// Refuse the package unless this Ed25519 public key (PEM, from
+    /// `slmcc keygen`) signed it (`compile --sign`).
+    #[arg(long, value_name = "KEY.pub")]
+    pub trust: Option<PathBuf>,
     /// Prompt token ids, comma-separated.
     #[arg(long, value_name = "ID,ID,...", conflicts_with = "prompt")]
     pub prompt_ids: Option<String>,

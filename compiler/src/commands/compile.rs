@@ -195,6 +195,11 @@ pub fn run(args: CompileArgs) -> CmdResult {
         )
         .into());
     }
+    // A bad key fails before the compile, not after it.
+    let signing_key = match &args.sign {
+        Some(path) => Some(package::signature::read_signing_key(path).map_err(|e| anyhow!(e))?),
+        None => None,
+    };
     let source_sha256 =
         package::sha256_file(model).with_context(|| format!("cannot read {}", model.display()))?;
     let t0 = Instant::now();
@@ -335,10 +340,10 @@ pub fn run(args: CompileArgs) -> CmdResult {
     };
     let weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
     let manifest = package::seal(manifest, &weights);
-    let file_bytes = write_package(&out, &manifest, &weights)?;
+    let file_bytes = write_package(&out, &manifest, &weights, signing_key.as_ref())?;
     let sizes: Vec<String> = graphs.iter().map(|(_, s)| s.to_string()).collect();
     println!(
-        "wrote {}: target {} (cpu {}, quant {}), buckets {}; {} bytes (manifest {}, weights {})",
+        "wrote {}: target {} (cpu {}, quant {}), buckets {}; {} bytes (manifest {}, weights {}){}",
         out.display(),
         args.target,
         choice.cpu_name,
@@ -346,7 +351,11 @@ pub fn run(args: CompileArgs) -> CmdResult {
         sizes.join(", "),
         file_bytes,
         manifest.encoded_len(),
-        weights.len()
+        weights.len(),
+        signing_key.as_ref().map_or(String::new(), |k| format!(
+            "; signed by {}",
+            package::signature::key_id(&k.verifying_key())
+        ))
     );
     if let Some(path) = &args.report {
         let report = json_report(
@@ -364,14 +373,19 @@ pub fn run(args: CompileArgs) -> CmdResult {
     Ok(())
 }
 
-/// Writes the package through a temporary file renamed into place, so a
-/// failure leaves nothing half-written (a torn write after a crash fails the
-/// digests at load); returns its size.
-fn write_package(out: &Path, manifest: &Manifest, weights: &[u8]) -> anyhow::Result<usize> {
+/// Writes the package, signed with `key` when given, through a temporary
+/// file renamed into place, so a failure leaves nothing half-written (a torn
+/// write after a crash fails the digests at load); returns its size.
+fn write_package(
+    out: &Path,
+    manifest: &Manifest,
+    weights: &[u8],
+    key: Option<&package::signature::SigningKey>,
+) -> anyhow::Result<usize> {
     let tmp = super::opt::partial_path(out);
     let write = || -> std::io::Result<usize> {
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        let n = package::encode_to(&mut f, manifest, weights)?;
+        let n = package::encode_signed_to(&mut f, manifest, weights, key)?;
         std::io::Write::flush(&mut f)?;
         Ok(n)
     };

@@ -13,7 +13,7 @@ use slmcc_runtime::aot::{host_triple, AotKernels};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npu::{NpuBackend, NpuKernels, NpuLowered};
-use slmcc_runtime::package::{Package, TARGET_RK3588};
+use slmcc_runtime::package::{signature, Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
 use crate::cli::{BackendArg, QuantArgs};
@@ -225,14 +225,28 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Loads what [`load_module`] loads, keeping a package open.
-    pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+    /// Loads what [`load_module`] loads, keeping a package open. With
+    /// `trust` (`--trust PUBKEY`), only a package that key signed loads.
+    pub fn load(path: &Path, trust: Option<&Path>) -> anyhow::Result<Loaded> {
+        let trusted = match trust {
+            Some(key) => Some(signature::read_verifying_key(key).map_err(|e| anyhow!(e))?),
+            None => None,
+        };
         if path.extension().is_some_and(|e| e == "slmpkg") {
             let pkg = Package::open(path)?;
+            if let Some(key) = &trusted {
+                pkg.check_signer(key)?;
+            }
             return Ok(Loaded {
                 module: pkg.module()?,
                 package: Some(pkg),
             });
+        }
+        if trusted.is_some() {
+            bail!(
+                "{}: --trust checks a package's signature, and this is not a package (.slmpkg)",
+                path.display()
+            );
         }
         Ok(Loaded {
             module: load_module(path)?,

@@ -7,6 +7,7 @@ mod generate;
 mod golden;
 mod golden_record;
 mod import;
+mod keygen;
 mod load;
 mod npu;
 mod onnx_test;
@@ -35,5 +36,6 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::Passes(args) => passes::run(args),
         Command::Npu(args) => npu::run(args),
         Command::Eval(args) => eval::run(args),
+        Command::Keygen(args) => keygen::run(args),
     }
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use slmcc_ir::{MemoryPlan, Module, Region};
-use slmcc_runtime::package::{hex, Package};
+use slmcc_runtime::package::{hex, signature, Package};
 
 use super::load::{is_rk3588, load_module};
 use crate::cli::{ReportArgs, Target};
@@ -157,6 +157,11 @@ fn package_report(pkg: &Package) -> String {
         sections.sha256.len(),
         sections.section_bytes
     );
+    let signer = match &pkg.signer {
+        Some(key) => format!("{} (signature verified)", signature::key_id(key)),
+        None => "none (unsigned)".to_string(),
+    };
+    let _ = writeln!(out, "  signed by  {signer}");
     let _ = writeln!(
         out,
         "  versions   compiler {}, target {}, kernel library {}, isa {}, runtime ABI {}",
