@@ -5,13 +5,15 @@
 //!   header and digest checks);
 //! - odd: the rest is a package whose manifest and weights are read as
 //!   the header places them and sealed again (fresh digests), so that the
-//!   manifest's contents reach the checks behind the digests.
+//!   manifest's contents reach the checks behind the digests; when bit 1
+//!   is set too, it is also signed, and the signer checked against the key.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use slmcc_fuzz::write;
-use slmcc_runtime::package::{self, Manifest, Package};
+use slmcc_runtime::package::signature::SigningKey;
+use slmcc_runtime::package::{self, Manifest, Package, Part};
 
 /// (manifest, weights) of a package file whose header is whole, by its
 /// offsets and lengths, clamped to the file.
@@ -31,18 +33,33 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, file)) = data.split_first() else {
         return;
     };
+    let key = SigningKey::from_bytes(&[7; 32]);
+    let signed = mode & 3 == 3;
     let bytes = if mode % 2 == 0 {
         file.to_vec()
     } else {
-        match parts(file) {
-            Some((manifest, weights)) => package::encode(&manifest, weights),
-            None => return,
-        }
+        let Some((manifest, weights)) = parts(file) else {
+            return;
+        };
+        let mut out = Vec::new();
+        package::encode_signed_to(&mut out, &manifest, weights, signed.then_some(&key))
+            .expect("writing to memory");
+        out
     };
     let path = write("model.slmpkg", &bytes);
-    let Ok(pkg) = Package::open(&path) else {
-        return;
+    let pkg = match Package::open(&path) {
+        Ok(pkg) => pkg,
+        // A package signed here is refused for its contents, never for
+        // its signature.
+        Err(e) => {
+            assert!(!(signed && e.part == Part::Signature), "{e}");
+            return;
+        }
     };
+    if signed {
+        pkg.check_signer(&key.verifying_key())
+            .expect("a package signed here verifies");
+    }
     let Ok(module) = pkg.module() else {
         return;
     };
