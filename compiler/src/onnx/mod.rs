@@ -38,6 +38,7 @@
 pub mod context;
 mod graph;
 pub mod ops;
+pub mod provenance;
 pub mod tensor;
 pub mod wire;
 
