@@ -11,6 +11,7 @@
 
 use std::fmt::Write as _;
 
+use slmcc_backends::npu::lower::ProductProgram;
 use slmcc_backends::npu::regcmd::decode_buffer;
 use slmcc_backends::npu::Target;
 use slmcc_ir::placement::Device;
@@ -68,33 +69,98 @@ fn table(e: &GraphEstimate, out: &mut String) {
     }
 }
 
-/// The estimate section for `m` (bucket graphs, static shapes) with its
-/// NPU programs `lowered`.
-pub fn estimate_report(m: &Module, lowered: &NpuLowered, prompt: usize) -> String {
+/// The estimate of one bucket graph.
+pub struct BucketEstimate<'m> {
+    pub size: usize,
+    pub graph: &'m slmcc_ir::Graph,
+    pub estimate: GraphEstimate,
+}
+
+/// The estimate of every bucket of a module, and what a user asks of it:
+/// the time to first token of a `prompt`-token prompt (the smallest bucket
+/// that holds it) and the time per token of the decode graph (bucket 1
+/// over a KV cache) at context `prompt + 1`.
+pub struct ModelEstimate<'m> {
+    pub prompt: usize,
+    pub buckets: Vec<BucketEstimate<'m>>,
+    /// (bucket, seconds), if a bucket holds the prompt.
+    pub first_token: Option<(usize, f64)>,
+    /// Seconds per decoded token, if there is a decode graph.
+    pub per_token: Option<f64>,
+}
+
+/// Estimates the bucket graphs of `m` with the NPU programs `programs`
+/// gives per graph name.
+pub fn estimate_model<'m, 'p>(
+    m: &'m Module,
+    programs: impl Fn(&str) -> &'p [ProductProgram],
+    prompt: usize,
+) -> ModelEstimate<'m> {
     let target = Target::rk3588();
     let cpu = BoardCpu::rk3588();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "estimate for rk3588 (the model's estimate, not a measurement: the W8A8 products on the \
-         NPU's register interface by its tile model at {} GB/s DDR, every other node on the CPU \
-         by a roofline of {} x A76 at {} GHz; docs/NPU.md)",
-        target.ddr_bytes_per_sec / 1_000_000_000,
-        cpu.cores,
-        cpu.clock_hz / 1e9
-    );
-    let mut prefill: Option<(usize, f64)> = None;
-    let mut decode: Option<f64> = None;
+    let mut out = ModelEstimate {
+        prompt,
+        buckets: Vec::new(),
+        first_token: None,
+        per_token: None,
+    };
     for (size, g) in buckets(m) {
         let has_cache = g
             .nodes
             .iter()
             .any(|n| matches!(n.op, slmcc_ir::Op::KvWrite(_)));
         let context = if size == 1 { prompt + 1 } else { size };
-        let programs = lowered.programs.get(&g.name).map_or(&[][..], Vec::as_slice);
-        let e = estimate_graph(g, programs, &target, &cpu, &EstimateOptions { context });
-        let _ = writeln!(out, "  bucket @{} ({size} tokens)", g.name);
-        table(&e, &mut out);
+        let e = estimate_graph(
+            g,
+            programs(&g.name),
+            &target,
+            &cpu,
+            &EstimateOptions { context },
+        );
+        if size == 1 && has_cache {
+            out.per_token = Some(e.seconds());
+        }
+        if size >= prompt && out.first_token.is_none() {
+            out.first_token = Some((size, e.seconds()));
+        }
+        out.buckets.push(BucketEstimate {
+            size,
+            graph: g,
+            estimate: e,
+        });
+    }
+    out
+}
+
+/// What the estimates are of, said wherever one is printed.
+pub fn estimate_basis() -> String {
+    let target = Target::rk3588();
+    let cpu = BoardCpu::rk3588();
+    format!(
+        "the model's estimate, not a measurement: the W8A8 products on the NPU's register \
+         interface by its tile model at {} GB/s DDR, every other node on the CPU by a roofline \
+         of {} x A76 at {} GHz; docs/NPU.md",
+        target.ddr_bytes_per_sec / 1_000_000_000,
+        cpu.cores,
+        cpu.clock_hz / 1e9
+    )
+}
+
+/// The estimate section for `m` (bucket graphs, static shapes) with its
+/// NPU programs `lowered`.
+pub fn estimate_report(m: &Module, lowered: &NpuLowered, prompt: usize) -> String {
+    let target = Target::rk3588();
+    let mut out = String::new();
+    let _ = writeln!(out, "estimate for rk3588 ({})", estimate_basis());
+    let est = estimate_model(
+        m,
+        |g| lowered.programs.get(g).map_or(&[][..], Vec::as_slice),
+        prompt,
+    );
+    for b in &est.buckets {
+        let (e, size) = (&b.estimate, b.size);
+        let _ = writeln!(out, "  bucket @{} ({size} tokens)", b.graph.name);
+        table(e, &mut out);
         let (npu, cpu_s) = (e.seconds_on(Device::Npu), e.seconds_on(Device::Cpu));
         let _ = writeln!(
             out,
@@ -105,14 +171,8 @@ pub fn estimate_report(m: &Module, lowered: &NpuLowered, prompt: usize) -> Strin
             100.0 * e.npu_utilisation(&target),
             cpu_s * 1e3
         );
-        if size == 1 && has_cache {
-            decode = Some(e.seconds());
-        }
-        if size >= prompt && prefill.is_none() {
-            prefill = Some((size, e.seconds()));
-        }
     }
-    match prefill {
+    match est.first_token {
         Some((size, s)) => {
             let _ = writeln!(
                 out,
@@ -124,7 +184,7 @@ pub fn estimate_report(m: &Module, lowered: &NpuLowered, prompt: usize) -> Strin
             let _ = writeln!(out, "  no bucket holds a {prompt}-token prompt");
         }
     }
-    match decode {
+    match est.per_token {
         Some(s) => {
             let _ = writeln!(
                 out,

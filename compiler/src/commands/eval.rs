@@ -28,8 +28,10 @@ use super::load::{
     calibrate, encode_text_file, entry_graph, execute, load_module, prepare_quantized,
     read_token_ids, Backend,
 };
-use crate::cli::{EvalAction, EvalArgs, EvalPplArgs, KvDtype, QuantScheme};
+use crate::cli::{BackendArg, EvalAction, EvalArgs, EvalPplArgs, KvDtype, QuantArgs, QuantScheme};
 use crate::exit::CmdResult;
+use slmcc::pipeline::Quant;
+use slmcc_backends::cpu::CpuOptions;
 use slmcc_passes::transforms::kv_cache::POSITION_INPUT;
 
 pub fn run(args: EvalArgs) -> CmdResult {
@@ -67,32 +69,81 @@ fn window_nll(logits: &[f32], vocab: usize, window: &[i64]) -> anyhow::Result<(f
 }
 
 fn ppl(a: EvalPplArgs) -> CmdResult {
-    Ok(measure(&a)?)
-}
-
-fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
-    let mut ids = token_ids(a)?;
+    let mut ids = token_ids(&a)?;
     if let Some(n) = a.max_tokens {
         ids.truncate(n);
     }
-    let window = a.window as usize;
+    let quant = a.quant.get(QuantScheme::None)?;
+    let p = perplexity(&Measure {
+        model: &a.model,
+        ids: &ids,
+        window: a.window as usize,
+        quant_args: &a.quant,
+        quant,
+        backend: a.backend,
+        cpu: &a.threads.cpu_options(),
+        kv_dtype: a.kv_dtype,
+    })?;
+    println!(
+        "perplexity {:.4} ({} tokens scored in {} windows of {}; \
+         {} tokens left over; {}, {}; {:.1} s)",
+        p.perplexity,
+        p.scored,
+        p.windows,
+        a.window,
+        ids.len() - p.windows * a.window as usize,
+        a.backend.name(),
+        match &quant {
+            None => "fp32",
+            q => quant_name(q),
+        },
+        p.seconds
+    );
+    Ok(())
+}
+
+/// What [`perplexity`] measures: `model` (ONNX or `.slm`) quantized with
+/// `quant` (`quant_args` for its calibration), on `ids` cut into windows
+/// of `window`, on `backend`.
+pub struct Measure<'a> {
+    pub model: &'a std::path::Path,
+    pub ids: &'a [i64],
+    pub window: usize,
+    pub quant_args: &'a QuantArgs,
+    pub quant: Quant,
+    pub backend: BackendArg,
+    pub cpu: &'a CpuOptions,
+    pub kv_dtype: Option<KvDtype>,
+}
+
+/// A perplexity measurement.
+pub struct Perplexity {
+    pub perplexity: f64,
+    /// Tokens scored, in `windows` windows.
+    pub scored: usize,
+    pub windows: usize,
+    pub seconds: f64,
+}
+
+/// Measures the perplexity of `m.model` (see the module doc).
+pub fn perplexity(m: &Measure) -> anyhow::Result<Perplexity> {
+    let (ids, window) = (m.ids, m.window);
     let windows = ids.len() / window;
     if windows == 0 {
         bail!("{} tokens are fewer than one window of {window}", ids.len());
     }
-    let quant = a.quant.get(QuantScheme::None)?;
-    let mut module = load_module(&a.model)?;
+    let mut module = load_module(m.model)?;
     if module.buckets.values().next().is_some() {
         bail!(
             "{}: a package or bucketed module keeps only the last token's logits; \
              evaluate the model it was compiled from, with the same --quant",
-            a.model.display()
+            m.model.display()
         );
     }
-    let cpu = a.threads.cpu_options();
-    calibrate(&mut module, &a.quant, &quant, &a.model, &cpu)?;
-    prepare_quantized(&mut module, quant, None, &a.model)?;
-    if let Some(dt) = a.kv_dtype {
+    let cpu = *m.cpu;
+    calibrate(&mut module, m.quant_args, &m.quant, m.model, &cpu)?;
+    prepare_quantized(&mut module, m.quant, None, m.model)?;
+    if let Some(dt) = m.kv_dtype {
         let dtype = match dt {
             KvDtype::F32 => "f32",
             KvDtype::F16 => "f16",
@@ -102,7 +153,7 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
             &mut module,
             &format!("kv-cache{{max-context={window},dtype={dtype}}}"),
         )
-        .with_context(|| format!("{}", a.model.display()))?;
+        .with_context(|| format!("{}", m.model.display()))?;
     }
     let graph = entry_graph(&module)?;
     // Besides `input_ids`, only the cache's inputs: position 0, empty caches.
@@ -112,22 +163,22 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
         let (name, ty) = (value.name.as_str(), &value.ty);
         match name {
             "input_ids" => {}
-            POSITION_INPUT if a.kv_dtype.is_some() => {
+            POSITION_INPUT if m.kv_dtype.is_some() => {
                 state.push((name.to_string(), Tensor::scalar_i64(0)))
             }
-            _ if a.kv_dtype.is_some() && name.starts_with("past.") => {
+            _ if m.kv_dtype.is_some() && name.starts_with("past.") => {
                 let shape = ty.shape.as_fixed().ok_or_else(|| {
-                    anyhow!("{}: cache %{name} is not static: {ty}", a.model.display())
+                    anyhow!("{}: cache %{name} is not static: {ty}", m.model.display())
                 })?;
                 state.push((name.to_string(), Tensor::zeros(ty.dtype, shape.to_vec())));
             }
             _ => bail!(
                 "{}: eval ppl feeds `input_ids` (and a cache's inputs with --kv-dtype); the model also takes %{name}",
-                a.model.display()
+                m.model.display()
             ),
         }
     }
-    let backend = Backend::from(a.backend);
+    let backend = Backend::from(m.backend);
     let start = Instant::now();
     let (mut nll, mut scored) = (0.0f64, 0usize);
     // On cpu every window has one shape: compiled once.
@@ -138,7 +189,7 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
             Tensor::from_i64(vec![1, window], w.to_vec()),
         )];
         inputs.extend(state.iter().cloned());
-        let at = |e: &dyn std::fmt::Display| anyhow!("{}: window {i}: {e}", a.model.display());
+        let at = |e: &dyn std::fmt::Display| anyhow!("{}: window {i}: {e}", m.model.display());
         let result = match backend {
             Backend::Cpu => {
                 if runner.is_none() {
@@ -154,36 +205,29 @@ fn measure(a: &EvalPplArgs) -> anyhow::Result<()> {
         let (name, logits) = result
             .outputs
             .first()
-            .ok_or_else(|| anyhow!("{}: the model has no output", a.model.display()))?;
+            .ok_or_else(|| anyhow!("{}: the model has no output", m.model.display()))?;
         let shape = logits.shape();
         let vocab = match shape {
             [1, s, v] if *s == window => *v,
             _ => bail!(
                 "{}: output `{name}` has shape {shape:?}, not [1, {window}, vocab] logits",
-                a.model.display()
+                m.model.display()
             ),
         };
         let (n, c) = window_nll(&logits.to_f32_vec(), vocab, w)
-            .with_context(|| format!("{}: window {i}", a.model.display()))?;
+            .with_context(|| format!("{}: window {i}", m.model.display()))?;
         nll += n;
         scored += c;
         if (i + 1) % 25 == 0 {
             tracing::info!("{}/{windows} windows", i + 1);
         }
     }
-    let ppl = (nll / scored as f64).exp();
-    println!(
-        "perplexity {ppl:.4} ({scored} tokens scored in {windows} windows of {window}; \
-         {} tokens left over; {}, {}; {:.1} s)",
-        ids.len() - windows * window,
-        a.backend.name(),
-        match &quant {
-            None => "fp32",
-            q => quant_name(q),
-        },
-        start.elapsed().as_secs_f64()
-    );
-    Ok(())
+    Ok(Perplexity {
+        perplexity: (nll / scored as f64).exp(),
+        scored,
+        windows,
+        seconds: start.elapsed().as_secs_f64(),
+    })
 }
 
 #[cfg(test)]

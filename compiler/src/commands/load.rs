@@ -125,6 +125,19 @@ pub fn encode_text_file(path: &Path, tokenizer: &Path) -> anyhow::Result<Vec<i64
 /// `module` and adds the calibration statistics of its entry graph's
 /// weights from `--calib` ([`slmcc::calibrate`]); nothing for rtn, and an
 /// error when a calibrated method has no `--calib`. The `quantize` pass that follows reads them.
+/// Token ids from `file`: an integer `.npy`, or any other file as a text
+/// encoded with `tokenizer` (which `flag`-tokenizer gives).
+pub fn ids_or_text(file: &Path, tokenizer: Option<&Path>, flag: &str) -> anyhow::Result<Vec<i64>> {
+    match (file.extension().and_then(|e| e.to_str()), tokenizer) {
+        (Some("npy"), _) => read_token_ids(file),
+        (_, Some(tok)) => encode_text_file(file, tok),
+        (_, None) => bail!(
+            "{}: a {flag} text needs {flag}-tokenizer (or give token ids as .npy)",
+            file.display()
+        ),
+    }
+}
+
 /// Returns what identifies the calibration set (the SHA-256 of the ids
 /// used, and their windows), or `None` when there was none.
 pub fn calibrate(
@@ -151,17 +164,7 @@ pub fn calibrate(
             args.quant_method_name()
         );
     };
-    let ids = match (
-        file.extension().and_then(|e| e.to_str()),
-        &args.calib_tokenizer,
-    ) {
-        (Some("npy"), _) => read_token_ids(file)?,
-        (_, Some(tok)) => encode_text_file(file, tok)?,
-        (_, None) => bail!(
-            "{}: a --calib text needs --calib-tokenizer (or give token ids as .npy)",
-            file.display()
-        ),
-    };
+    let ids = ids_or_text(file, args.calib_tokenizer.as_deref(), "--calib")?;
     let window = args.calib_window.max(1);
     let windows: Vec<Vec<i64>> = ids
         .chunks_exact(window)
