@@ -519,6 +519,22 @@ pub struct CompileArgs {
     /// `slmcc keygen` or openssl).
     #[arg(long, value_name = "KEY.key")]
     pub sign: Option<PathBuf>,
+    /// Measure perplexity on this text (with --eval-tokenizer) or these
+    /// token ids (`.npy`), of the model quantized as the package is and of
+    /// the float model, and record both in the model card (`slmcc eval
+    /// ppl`'s protocol on the cpu backend).
+    #[arg(long, value_name = "TEXT|IDS.npy")]
+    pub eval: Option<PathBuf>,
+    /// The tokenizer.json that encodes an --eval text.
+    #[arg(long, value_name = "FILE", requires = "eval")]
+    pub eval_tokenizer: Option<PathBuf>,
+    /// Tokens per --eval window.
+    #[arg(long, value_name = "N", default_value_t = 128, requires = "eval",
+          value_parser = clap::value_parser!(u32).range(2..))]
+    pub eval_window: u32,
+    /// --eval on the first N tokens only.
+    #[arg(long, value_name = "N", requires = "eval")]
+    pub eval_max_tokens: Option<usize>,
 }
 
 const COMPILE_AFTER_HELP: &str = "\
@@ -541,6 +557,8 @@ Package:
   aarch64 object with --cpu aarch64), and the weights (safetensors layout,
   64-byte aligned). Same model and options give the same bytes. slmcc run
   PKG and slmcc report PKG load it, verifying everything.
+  The manifest also holds the model card (report PKG --card; with --eval
+  it records the measured perplexity).
   With --sign KEY a 96-byte trailer follows: the Ed25519 public key and its
   signature over the header (which names both digests); run and generate
   --trust PUBKEY then refuse any package that key did not sign.
@@ -991,6 +1009,18 @@ pub struct ReportArgs {
     /// attributes, and the candidates left unfused.
     #[arg(long, conflicts_with_all = ["buckets", "plan_svg", "asm"])]
     pub fusion: bool,
+    /// Print the package's model card instead: `md` (Markdown, the
+    /// default) or `json` (as stored in the package).
+    #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1,
+          default_missing_value = "md", conflicts_with_all = ["plan_svg", "asm", "fusion"])]
+    pub card: Option<CardFormat>,
+}
+
+/// How `report --card` prints the card.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CardFormat {
+    Md,
+    Json,
 }
 
 const REPORT_AFTER_HELP: &str = "\
@@ -1006,6 +1036,13 @@ Output, per planned graph (one per bucket): the bucket, steps and tensors,
 the size of each region (arena, weights, constants, kv_cache, scratch), the
 arena against its lower bound (the largest sum of tensors live at one step),
 tensors computed in place, and the peak total (all regions together).
+
+--card prints the model card compile wrote into a package: the source's
+SHA-256, exporter, opsets and licence; the compiler version and pipeline;
+the quantization of every node that reads a weight and the calibration
+set's hash; per bucket the memory plan totals and the placement (NPU or
+CPU); for rk3588 the estimated latency per bucket and decode rate, marked
+as estimates. --card json prints it as stored.
 
 --plan-svg FILE draws one panel per graph: x = step, y = arena offset, one
 box per tensor over its lifetime (hover for name, bytes and steps).

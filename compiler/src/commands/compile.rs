@@ -200,6 +200,14 @@ pub fn run(args: CompileArgs) -> CmdResult {
         Some(path) => Some(package::signature::read_signing_key(path).map_err(|e| anyhow!(e))?),
         None => None,
     };
+    let eval_ids = match &args.eval {
+        Some(file) => {
+            let mut ids = super::load::ids_or_text(file, args.eval_tokenizer.as_deref(), "--eval")?;
+            ids.truncate(args.eval_max_tokens.unwrap_or(usize::MAX));
+            Some((file, ids))
+        }
+        None => None,
+    };
     let source_sha256 =
         package::sha256_file(model).with_context(|| format!("cannot read {}", model.display()))?;
     let t0 = Instant::now();
@@ -302,7 +310,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         buckets.push(entry);
     }
 
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         versions: Some(VersionSet {
             compiler: format!("slmcc {}", env!("CARGO_PKG_VERSION")),
             target: if choice.npu {
@@ -337,7 +345,24 @@ pub fn run(args: CompileArgs) -> CmdResult {
         // Filled in by `package::seal` below.
         weight_sections: None,
         npu_weights,
+        card: String::new(),
     };
+    let provenance = match model.extension().is_some_and(|e| e == "onnx") {
+        true => Some(slmcc::onnx::provenance::read_provenance(model)?),
+        false => None,
+    };
+    let quality = match &eval_ids {
+        Some((file, ids)) => Some(super::card::measure_quality(
+            model,
+            file,
+            ids,
+            &args,
+            choice.quant,
+        )?),
+        None => None,
+    };
+    let card = super::card::build(&manifest, &module, provenance.as_ref(), quality);
+    manifest.card = serde_json::to_string_pretty(&card).expect("JSON values") + "\n";
     let weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
     let manifest = package::seal(manifest, &weights);
     let file_bytes = write_package(&out, &manifest, &weights, signing_key.as_ref())?;

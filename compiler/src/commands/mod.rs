@@ -1,5 +1,6 @@
 //! One module per subcommand; [`dispatch`] routes to them.
 
+mod card;
 mod compile;
 mod estimate;
 mod eval;

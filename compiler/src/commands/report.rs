@@ -16,7 +16,7 @@ use slmcc_ir::{MemoryPlan, Module, Region};
 use slmcc_runtime::package::{hex, signature, Package};
 
 use super::load::{is_rk3588, load_module};
-use crate::cli::{ReportArgs, Target};
+use crate::cli::{CardFormat, ReportArgs, Target};
 use crate::exit::CmdResult;
 
 pub use slmcc::pipeline::DEFAULT_BUCKETS;
@@ -46,7 +46,15 @@ pub fn run(args: ReportArgs) -> CmdResult {
     if args.fusion {
         return fusion_report(path);
     }
-    if path.extension().is_some_and(|e| e == "slmpkg") {
+    let is_package = path.extension().is_some_and(|e| e == "slmpkg");
+    if args.card.is_some() && !is_package {
+        return Err(anyhow!(
+            "{}: --card prints the model card that compile writes into a package (.slmpkg)",
+            path.display()
+        )
+        .into());
+    }
+    if is_package {
         if args.buckets.is_some() {
             return Err(anyhow!(
                 "{}: a package's buckets are fixed when it is compiled; --buckets applies only to inputs planned now",
@@ -62,6 +70,9 @@ pub fn run(args: ReportArgs) -> CmdResult {
             .into());
         }
         let pkg = Package::open(path)?;
+        if let Some(format) = args.card {
+            return print_card(&pkg, format);
+        }
         let mut module = pkg.module()?;
         print!("{}", package_report(&pkg));
         print!("{}", text_report(&module, path, false));
@@ -124,6 +135,24 @@ fn print_npu(
     print!("{}", estimate_report(module, &lowered, args.prompt_len));
     if args.asm {
         print!("{}", asm_report(module, &lowered)?);
+    }
+    Ok(())
+}
+
+/// `--card`: the package's model card as stored (JSON) or as Markdown.
+fn print_card(pkg: &Package, format: CardFormat) -> CmdResult {
+    let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", pkg.path.display());
+    let text = &pkg.manifest.card;
+    if text.is_empty() {
+        return Err(at(&"the package holds no model card").into());
+    }
+    match format {
+        CardFormat::Json => print!("{text}"),
+        CardFormat::Md => {
+            let card: serde_json::Value =
+                serde_json::from_str(text).map_err(|e| at(&format!("model card: {e}")))?;
+            print!("{}", super::card::markdown(&card).map_err(|e| at(&e))?);
+        }
     }
     Ok(())
 }

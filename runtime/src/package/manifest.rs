@@ -44,6 +44,12 @@ pub struct Manifest {
     /// bytes (a message of the NPU lowering's).
     #[prost(message, repeated, tag = "9")]
     pub npu_weights: Vec<NpuWeight>,
+    /// The model card (JSON; `slmcc report PKG --card`): the source's
+    /// provenance, the pipeline, the quantization per node, the buckets'
+    /// memory, the placement and the estimates. Empty when none was
+    /// written.
+    #[prost(string, tag = "10")]
+    pub card: String,
 }
 
 /// The weights blob cut into sections of `section_bytes` (the last one

@@ -651,6 +651,7 @@ module @m {
             source_sha256: Vec::new(),
             weight_sections: None,
             npu_weights: Vec::new(),
+            card: String::new(),
         }
     }
 
