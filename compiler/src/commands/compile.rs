@@ -407,19 +407,10 @@ fn write_package(
     weights: &[u8],
     key: Option<&package::signature::SigningKey>,
 ) -> anyhow::Result<usize> {
-    let tmp = super::opt::partial_path(out);
-    let write = || -> std::io::Result<usize> {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        let n = package::encode_signed_to(&mut f, manifest, weights, key)?;
-        std::io::Write::flush(&mut f)?;
-        Ok(n)
-    };
-    let n = write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow!("cannot write {}: {e}", tmp.display())
-    })?;
-    std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
-    Ok(n)
+    super::opt::write_through_partial(out, |f, tmp| {
+        package::encode_signed_to(f, manifest, weights, key)
+            .map_err(|e| anyhow!("cannot write {}: {e}", tmp.display()))
+    })
 }
 
 fn ms(since: Instant) -> f64 {

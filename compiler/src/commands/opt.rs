@@ -118,6 +118,37 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// Writes `path` through its temporary file ([`partial_path`]): `write`
+/// fills the file (given its buffered writer and its path), which is then
+/// flushed, synced and renamed into place; on any failure it is removed
+/// and `path` is left as it was.
+pub fn write_through_partial<T>(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<fs::File>, &Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let tmp = partial_path(path);
+    let result = (|| {
+        let file =
+            fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let mut f = std::io::BufWriter::new(file);
+        let value = write(&mut f, &tmp)?;
+        std::io::Write::flush(&mut f)
+            .and_then(|()| f.get_ref().sync_all())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        Ok(value)
+    })();
+    match result {
+        Ok(value) => {
+            fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(value)
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
 /// The temporary file that `path` is written through: in its folder (so the
 /// rename stays on one file system), named for this process and this write,
 /// so that two writers of one path never share it; a reader of `path` sees
