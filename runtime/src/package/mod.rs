@@ -46,6 +46,7 @@
 //! [`encode`] is deterministic: the same manifest and weights give the same
 //! bytes (no timestamps; prost encodes fields in tag order).
 
+pub mod delta;
 pub mod manifest;
 pub mod sections;
 pub mod signature;
@@ -482,6 +483,16 @@ impl Package {
     /// The weights blob's size in bytes.
     pub fn weights_bytes(&self) -> usize {
         self.weights_range.len()
+    }
+
+    /// The whole file, as mapped (verified at open).
+    pub fn file(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Where the weights blob lies in [`Package::file`].
+    pub fn weights_range(&self) -> Range<usize> {
+        self.weights_range.clone()
     }
 
     /// The SHA-256 digests of the manifest and of the weights' integrity
