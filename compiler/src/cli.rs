@@ -211,6 +211,59 @@ pub enum Command {
     /// and checking them (run/generate --trust PUBKEY).
     #[command(after_long_help = KEYGEN_AFTER_HELP)]
     Keygen(KeygenArgs),
+    /// Write the update that turns package OLD into package NEW: the
+    /// weight sections that changed, as bytes xored with OLD's, zstd.
+    #[command(after_long_help = DELTA_AFTER_HELP)]
+    Delta(DeltaArgs),
+    /// Rebuild package NEW from OLD and an update made by `slmcc delta`,
+    /// byte for byte, verified before it replaces anything.
+    #[command(after_long_help = DELTA_AFTER_HELP)]
+    Patch(PatchArgs),
+}
+
+const DELTA_AFTER_HELP: &str = "\
+Update:
+  The weights are compared section by section (1 MiB, the sections whose
+  digests the manifest holds): a section of NEW that OLD has anywhere is
+  copied from OLD; a changed one is stored xored with OLD's section of the
+  same index (a fine-tune or a requantization keeps the layout, so most of
+  its bytes xor to zero); the header and manifest are xored with OLD's, a
+  signature stored as it is; then the whole is compressed with zstd. The
+  update names OLD's and NEW's SHA-256.
+
+Patch:
+  Refuses an OLD other than the one the update was made from, then writes
+  NEW to a temporary file beside -o, checks its SHA-256, opens it as a
+  package (every digest, and the signature if signed; with --trust, the
+  signer) and only then renames it to -o, which may be OLD itself.
+
+Example:
+  slmcc delta v1.slmpkg v2.slmpkg -o v1-to-v2.slmdelta
+  slmcc patch v1.slmpkg v1-to-v2.slmdelta -o v2.slmpkg --trust release.pub";
+
+#[derive(Args, Debug)]
+pub struct DeltaArgs {
+    /// The package the device has.
+    pub old: PathBuf,
+    /// The package to send.
+    pub new: PathBuf,
+    /// The update to write.
+    #[arg(short, long, value_name = "UPDATE.slmdelta")]
+    pub output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct PatchArgs {
+    /// The package the update was made from.
+    pub old: PathBuf,
+    /// The update (`slmcc delta`).
+    pub delta: PathBuf,
+    /// The package to write (may be OLD).
+    #[arg(short, long, value_name = "NEW.slmpkg")]
+    pub output: PathBuf,
+    /// Refuse the result unless this Ed25519 public key signed it.
+    #[arg(long, value_name = "KEY.pub")]
+    pub trust: Option<PathBuf>,
 }
 
 const KEYGEN_AFTER_HELP: &str = "\

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{compile_llama, repo, scratch_dir, skip, slmcc, stderr, stdout};
+use common::{compile_llama, keygen_in, repo, scratch_dir, skip, slmcc, stderr, stdout};
 use slmcc_runtime::package::{signature, Package, HEADER_BYTES};
 
 fn s(p: &Path) -> &str {
@@ -38,16 +38,6 @@ fn run_trusting(pkg: &Path, key: &Path, out: &Path) -> std::process::Output {
     ])
 }
 
-fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let o = slmcc(&["keygen", s(&dir.join(name))]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("key ed25519:"), "{}", stdout(&o));
-    (
-        dir.join(format!("{name}.key")),
-        dir.join(format!("{name}.pub")),
-    )
-}
-
 fn refused(o: &std::process::Output, path: &Path, reason: &str) {
     let e = stderr(o);
     assert_eq!(o.status.code(), Some(2), "{e}");
@@ -59,7 +49,7 @@ fn refused(o: &std::process::Output, path: &Path, reason: &str) {
 #[test]
 fn keygen_writes_a_private_and_a_public_key_and_never_overwrites() {
     let dir = scratch_dir("signing-keygen");
-    let (private, public) = keygen(&dir, "release");
+    let (private, public) = keygen_in(&dir, "release");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -78,7 +68,7 @@ fn keygen_writes_a_private_and_a_public_key_and_never_overwrites() {
     refused(&o, &private, "never overwritten");
     assert_eq!(std::fs::read_to_string(&private).unwrap(), text);
     // Two keys differ.
-    let (other, _) = keygen(&dir, "other");
+    let (other, _) = keygen_in(&dir, "other");
     assert_ne!(
         signature::read_signing_key(&other).unwrap().to_bytes(),
         key.to_bytes()
@@ -89,8 +79,8 @@ fn keygen_writes_a_private_and_a_public_key_and_never_overwrites() {
 #[test]
 fn trusted_packages_run_and_any_other_is_refused() {
     let dir = scratch_dir("signing-trust");
-    let (a_key, a_pub) = keygen(&dir, "a");
-    let (b_key, b_pub) = keygen(&dir, "b");
+    let (a_key, a_pub) = keygen_in(&dir, "a");
+    let (b_key, b_pub) = keygen_in(&dir, "b");
     let signed = dir.join("signed.slmpkg");
     let o = compile_llama(&signed, &["--sign", s(&a_key)]);
     let a_id = signature::key_id(&signature::read_verifying_key(&a_pub).unwrap());
@@ -258,7 +248,7 @@ fn openssl_keys_sign_and_openssl_verifies_our_signatures() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 
     // Our key, verified by openssl.
-    let (_, ours) = keygen(&dir, "ours");
+    let (_, ours) = keygen_in(&dir, "ours");
     let bytes = std::fs::read(&pkg).unwrap();
     let mut message = signature::DOMAIN.to_vec();
     message.extend_from_slice(&bytes[..HEADER_BYTES]);

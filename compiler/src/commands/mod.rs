@@ -2,6 +2,7 @@
 
 mod card;
 mod compile;
+mod delta;
 mod estimate;
 mod eval;
 mod generate;
@@ -38,5 +39,7 @@ pub fn dispatch(command: Command) -> CmdResult {
         Command::Npu(args) => npu::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Keygen(args) => keygen::run(args),
+        Command::Delta(args) => delta::make(args),
+        Command::Patch(args) => delta::apply(args),
     }
 }

@@ -84,6 +84,17 @@ pub fn compile_llama(out: &Path, extra: &[&str]) -> Output {
     o
 }
 
+/// `slmcc keygen DIR/NAME`: the private and the public key's paths.
+pub fn keygen_in(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let o = slmcc(&["keygen", dir.join(name).to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("key ed25519:"), "{}", stdout(&o));
+    (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.pub")),
+    )
+}
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
