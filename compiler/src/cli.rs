@@ -572,6 +572,11 @@ pub struct CompileArgs {
     /// `slmcc keygen` or openssl).
     #[arg(long, value_name = "KEY.key")]
     pub sign: Option<PathBuf>,
+    /// Encrypt the weights with this AES-256 key (32 bytes, or 64 hex
+    /// digits: `openssl rand -hex 32 > KEYFILE`), AES-256-GCM in 1 MiB
+    /// chunks; run and generate then need --decrypt KEYFILE.
+    #[arg(long, value_name = "KEYFILE")]
+    pub encrypt: Option<PathBuf>,
     /// Measure perplexity on this text (with --eval-tokenizer) or these
     /// token ids (`.npy`), of the model quantized as the package is and of
     /// the float model, and record both in the model card (`slmcc eval
@@ -615,20 +620,36 @@ Package:
   With --sign KEY a 96-byte trailer follows: the Ed25519 public key and its
   signature over the header (which names both digests); run and generate
   --trust PUBKEY then refuse any package that key did not sign.
+  With --encrypt KEYFILE the weights (and the NPU weights' column sums) are
+  AES-256-GCM encrypted in 1 MiB chunks, each chunk's nonce and tag in the
+  manifest; the digests cover the ciphertext, so the package verifies
+  without the key, and run and generate --decrypt KEYFILE decrypt it into
+  memory chunk by chunk, refusing a wrong key or a changed chunk.
 
 Example:
   slmcc compile testdata/models/llama.onnx --target cpu --buckets 64,128 \\
     -o llama.slmpkg --report llama.json";
+
+/// The keys a package is loaded with (`run`, `generate`).
+#[derive(Args, Debug, Default)]
+pub struct PackageKeys {
+    /// Refuse the package unless this Ed25519 public key (PEM, from
+    /// `slmcc keygen`) signed it (`compile --sign`).
+    #[arg(long, value_name = "KEY.pub")]
+    pub trust: Option<PathBuf>,
+    /// Decrypt the package's weights with this AES-256 key (`compile
+    /// --encrypt`): 32 bytes, or 64 hex digits.
+    #[arg(long, value_name = "KEYFILE")]
+    pub decrypt: Option<PathBuf>,
+}
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// An ONNX model, textual IR (`.slm`, with its weights file), or a
     /// package (`.slmpkg`, from `slmcc compile`).
     pub model: PathBuf,
-    /// Refuse the package unless this Ed25519 public key (PEM, from
-    /// `slmcc keygen`) signed it (`compile --sign`).
-    #[arg(long, value_name = "KEY.pub")]
-    pub trust: Option<PathBuf>,
+    #[command(flatten)]
+    pub keys: PackageKeys,
     /// Where to run [default: reference; for a package its target: cpu,
     /// or npu-sim for rk3588].
     #[arg(long, value_enum)]
@@ -666,10 +687,8 @@ pub struct GenerateArgs {
     /// A decoder: an ONNX model (input_ids -> logits) or a package compiled
     /// with --kv-cache.
     pub model: PathBuf,
-    /// Refuse the package unless this Ed25519 public key (PEM, from
-    /// `slmcc keygen`) signed it (`compile --sign`).
-    #[arg(long, value_name = "KEY.pub")]
-    pub trust: Option<PathBuf>,
+    #[command(flatten)]
+    pub keys: PackageKeys,
     /// Prompt token ids, comma-separated.
     #[arg(long, value_name = "ID,ID,...", conflicts_with = "prompt")]
     pub prompt_ids: Option<String>,
@@ -1044,6 +1063,10 @@ pub struct ReportArgs {
     /// Also write an SVG picture of every bucket's arena over time.
     #[arg(long, value_name = "FILE")]
     pub plan_svg: Option<PathBuf>,
+    /// An encrypted package's weights key (`compile --encrypt`): the
+    /// report reads the weights (--card does not need it).
+    #[arg(long, value_name = "KEYFILE")]
+    pub decrypt: Option<PathBuf>,
     /// When planning now: the target (`rk3588` quantizes, w8a8 by
     /// default, and adds the estimate); a package reports its own.
     #[arg(long, value_enum)]

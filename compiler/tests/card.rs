@@ -9,18 +9,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{repo, scratch_dir, skip, slmcc, stderr, stdout};
+use common::{ok, repo, s, scratch_dir, skip, slmcc, stderr, stdout};
 use serde_json::Value;
 use slmcc_ir::Region;
 use slmcc_runtime::package::{hex, sha256, Package};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn ok(o: &std::process::Output) {
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
-}
 
 fn card_of(pkg: &Path) -> Value {
     let o = slmcc(&["report", s(pkg), "--card", "json"]);

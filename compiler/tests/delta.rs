@@ -10,22 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{keygen_in, repo, scratch_dir, skip, slmcc, stderr, stdout};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn ok(o: &std::process::Output) {
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
-}
-
-fn refused(o: &std::process::Output, reason: &str) {
-    let e = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains(reason), "want `{reason}`: {e}");
-    assert!(!e.contains("panicked"), "{e}");
-}
+use common::{keygen_in, ok, refused, repo, s, scratch_dir, skip, slmcc, stderr, stdout};
 
 fn compile(model: &Path, out: &Path, key: &Path) {
     ok(&slmcc(&[

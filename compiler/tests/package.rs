@@ -7,13 +7,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{compile_llama, repo, scratch_dir, slmcc, stderr, stdout, UNFUSED};
+use common::{compile_llama, repo, s, scratch_dir, slmcc, stderr, stdout, UNFUSED};
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::package::{self, Package, HEADER_BYTES};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// Runs the package on the seq5 golden input and returns the max relative
 /// error of the logits against the golden.

@@ -9,12 +9,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{compile_llama, keygen_in, repo, scratch_dir, skip, slmcc, stderr, stdout};
+use common::{compile_llama, keygen_in, repo, s, scratch_dir, skip, slmcc, stderr, stdout};
 use slmcc_runtime::package::{signature, Package, HEADER_BYTES};
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn input() -> String {
     format!(

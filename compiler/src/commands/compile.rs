@@ -200,6 +200,10 @@ pub fn run(args: CompileArgs) -> CmdResult {
         Some(path) => Some(package::signature::read_signing_key(path).map_err(|e| anyhow!(e))?),
         None => None,
     };
+    let weights_key = match &args.encrypt {
+        Some(path) => Some(package::encryption::WeightKey::read(path).map_err(|e| anyhow!(e))?),
+        None => None,
+    };
     let eval_ids = match &args.eval {
         Some(file) => {
             let mut ids = super::load::ids_or_text(file, args.eval_tokenizer.as_deref(), "--eval")?;
@@ -346,6 +350,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         weight_sections: None,
         npu_weights,
         card: String::new(),
+        encryption: None,
     };
     let provenance = match model.extension().is_some_and(|e| e == "onnx") {
         true => Some(slmcc::onnx::provenance::read_provenance(model)?),
@@ -363,7 +368,21 @@ pub fn run(args: CompileArgs) -> CmdResult {
     };
     let card = super::card::build(&manifest, &module, provenance.as_ref(), quality);
     manifest.card = serde_json::to_string_pretty(&card).expect("JSON values") + "\n";
-    let weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
+    let mut weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
+    if let Some(key) = &weights_key {
+        let npu = package::NpuWeights {
+            weights: std::mem::take(&mut manifest.npu_weights),
+        };
+        let npu = match npu.weights.is_empty() {
+            true => Vec::new(),
+            false => npu.encode_to_vec(),
+        };
+        manifest.encryption = Some(package::encryption::encrypt_in_place(
+            key,
+            &mut weights,
+            &npu,
+        ));
+    }
     let manifest = package::seal(manifest, &weights);
     let file_bytes = write_package(&out, &manifest, &weights, signing_key.as_ref())?;
     let sizes: Vec<String> = graphs.iter().map(|(_, s)| s.to_string()).collect();
@@ -380,6 +399,9 @@ pub fn run(args: CompileArgs) -> CmdResult {
         signing_key.as_ref().map_or(String::new(), |k| format!(
             "; signed by {}",
             package::signature::key_id(&k.verifying_key())
+        )) + &weights_key.as_ref().map_or(String::new(), |k| format!(
+            "; weights encrypted with {}",
+            package::encryption::key_id_text(&k.id())
         ))
     );
     if let Some(path) = &args.report {

@@ -91,7 +91,7 @@ fn prompt_ids(args: &GenerateArgs, tokenizer: Option<&Tokenizer>) -> anyhow::Res
 fn load_decoder(args: &GenerateArgs, profile: Option<&Rc<Profile>>) -> anyhow::Result<Decoder> {
     let path = &args.model;
     let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", path.display());
-    let loaded = Loaded::load(path, args.trust.as_deref())?;
+    let loaded = Loaded::load(path, &args.keys)?;
     let backend = loaded.backend(args.backend, BackendArg::Cpu);
     let Loaded {
         mut module,

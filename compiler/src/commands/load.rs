@@ -13,10 +13,11 @@ use slmcc_runtime::aot::{host_triple, AotKernels};
 use slmcc_runtime::exec::KernelSet;
 use slmcc_runtime::jit::JitKernels;
 use slmcc_runtime::npu::{NpuBackend, NpuKernels, NpuLowered};
+use slmcc_runtime::package::encryption::WeightKey;
 use slmcc_runtime::package::{signature, Package, TARGET_RK3588};
 use slmcc_runtime::{run_graph, Capture, RunError, RunResult};
 
-use crate::cli::{BackendArg, QuantArgs};
+use crate::cli::{BackendArg, PackageKeys, QuantArgs};
 
 /// Where a model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,27 +230,44 @@ pub struct Loaded {
 
 impl Loaded {
     /// Loads what [`load_module`] loads, keeping a package open. With
-    /// `trust` (`--trust PUBKEY`), only a package that key signed loads.
-    pub fn load(path: &Path, trust: Option<&Path>) -> anyhow::Result<Loaded> {
-        let trusted = match trust {
+    /// `keys.trust` (`--trust PUBKEY`), only a package that key signed
+    /// loads; with `keys.decrypt` (`--decrypt KEYFILE`), an encrypted
+    /// package's weights are decrypted into memory.
+    pub fn load(path: &Path, keys: &PackageKeys) -> anyhow::Result<Loaded> {
+        let trusted = match &keys.trust {
             Some(key) => Some(signature::read_verifying_key(key).map_err(|e| anyhow!(e))?),
             None => None,
         };
+        let weights_key = match &keys.decrypt {
+            Some(key) => Some(WeightKey::read(key).map_err(|e| anyhow!(e))?),
+            None => None,
+        };
         if path.extension().is_some_and(|e| e == "slmpkg") {
-            let pkg = Package::open(path)?;
+            let mut pkg = Package::open(path)?;
             if let Some(key) = &trusted {
                 pkg.check_signer(key)?;
+            }
+            if let Some(key) = &weights_key {
+                pkg.decrypt(key)?;
             }
             return Ok(Loaded {
                 module: pkg.module()?,
                 package: Some(pkg),
             });
         }
-        if trusted.is_some() {
-            bail!(
-                "{}: --trust checks a package's signature, and this is not a package (.slmpkg)",
-                path.display()
-            );
+        for (flag, given) in [
+            ("--trust checks a package's signature", trusted.is_some()),
+            (
+                "--decrypt decrypts a package's weights",
+                weights_key.is_some(),
+            ),
+        ] {
+            if given {
+                bail!(
+                    "{}: {flag}, and this is not a package (.slmpkg)",
+                    path.display()
+                );
+            }
         }
         Ok(Loaded {
             module: load_module(path)?,

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 use slmcc_ir::{MemoryPlan, Module, Region};
+use slmcc_runtime::package::encryption::{self, WeightKey};
 use slmcc_runtime::package::{hex, signature, Package};
 
 use super::load::{is_rk3588, load_module};
@@ -69,9 +70,12 @@ pub fn run(args: ReportArgs) -> CmdResult {
             )
             .into());
         }
-        let pkg = Package::open(path)?;
+        let mut pkg = Package::open(path)?;
         if let Some(format) = args.card {
             return print_card(&pkg, format);
+        }
+        if let Some(key) = &args.decrypt {
+            pkg.decrypt(&WeightKey::read(key).map_err(|e| anyhow!(e))?)?;
         }
         let mut module = pkg.module()?;
         print!("{}", package_report(&pkg));
@@ -81,6 +85,13 @@ pub fn run(args: ReportArgs) -> CmdResult {
             super::opt::write_atomically(svg, plan_svg(&module).as_bytes())?;
         }
         return Ok(());
+    }
+    if args.decrypt.is_some() {
+        return Err(anyhow!(
+            "{}: --decrypt decrypts a package's weights, and this is not a package (.slmpkg)",
+            path.display()
+        )
+        .into());
     }
     let target = args.target.unwrap_or(Target::Cpu);
     let rk3588 = target == Target::Rk3588;
@@ -191,6 +202,15 @@ fn package_report(pkg: &Package) -> String {
         None => "none (unsigned)".to_string(),
     };
     let _ = writeln!(out, "  signed by  {signer}");
+    if let Some(e) = pkg.encryption() {
+        let _ = writeln!(
+            out,
+            "  encrypted  {} in chunks of {} bytes, key {}",
+            e.scheme,
+            e.chunk_bytes,
+            encryption::key_id_text(&e.key_id)
+        );
+    }
     let _ = writeln!(
         out,
         "  versions   compiler {}, target {}, kernel library {}, isa {}, runtime ABI {}",

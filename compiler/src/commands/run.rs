@@ -33,7 +33,7 @@ pub fn run(args: RunArgs) -> CmdResult {
         inputs.push((name.to_string(), read_tensor(Path::new(file))?));
     }
     check_unique(&inputs)?;
-    let loaded = Loaded::load(&args.model, args.trust.as_deref())?;
+    let loaded = Loaded::load(&args.model, &args.keys)?;
     let backend = loaded.backend(args.backend, BackendArg::Reference);
     let Loaded {
         mut module,

@@ -102,6 +102,25 @@ pub fn repo() -> PathBuf {
         .to_path_buf()
 }
 
+/// `p` as the `&str` a command line takes.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+/// Asserts that the command succeeded.
+pub fn ok(o: &Output) {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+}
+
+/// Asserts that the command refused its input as user input is refused:
+/// exit code 2, `reason` in the message, no panic.
+pub fn refused(o: &Output, reason: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains(reason), "want `{reason}`: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -50,6 +50,17 @@ pub struct Manifest {
     /// written.
     #[prost(string, tag = "10")]
     pub card: String,
+    /// `compile --encrypt`: how the weights are encrypted
+    /// ([`super::encryption`]); `npu_weights` is then empty, sealed in it.
+    #[prost(message, optional, tag = "11")]
+    pub encryption: Option<super::encryption::Encryption>,
+}
+
+/// A list of NPU weights as one message (what an encrypted package seals).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NpuWeights {
+    #[prost(message, repeated, tag = "1")]
+    pub weights: Vec<NpuWeight>,
 }
 
 /// The weights blob cut into sections of `section_bytes` (the last one

@@ -43,10 +43,16 @@
 //! [`Package::check_signer`]): one flipped byte anywhere in the
 //! file is an error naming the file and the part that failed (for the
 //! weights, the section and its byte range).
+//! An encrypted package (`compile --encrypt`, [`encryption`]) is this
+//! layout with the weights blob AES-256-GCM encrypted in place, the
+//! manifest's `encryption` record holding the nonces and tags; the
+//! digests are over the ciphertext, so it verifies without the key, and
+//! [`Package::decrypt`] must run before [`Package::module`].
 //! [`encode`] is deterministic: the same manifest and weights give the same
 //! bytes (no timestamps; prost encodes fields in tag order).
 
 pub mod delta;
+pub mod encryption;
 pub mod manifest;
 pub mod sections;
 pub mod signature;
@@ -64,7 +70,8 @@ use slmcc_ir::text::{parse_module, print_module};
 use slmcc_ir::{Module, WeightStore};
 
 pub use manifest::{
-    BucketEntry, KernelObject, KernelSymbol, Manifest, TargetOptions, VersionSet, WeightSections,
+    BucketEntry, KernelObject, KernelSymbol, Manifest, NpuWeights, TargetOptions, VersionSet,
+    WeightSections,
 };
 
 /// The first bytes of every package.
@@ -298,6 +305,16 @@ pub struct Package {
     map: Arc<Mmap>,
     manifest_range: Range<usize>,
     weights_range: Range<usize>,
+    /// An encrypted package's weights and NPU weights once
+    /// [`Package::decrypt`] ran.
+    decrypted: Option<(Arc<Mmap>, Vec<slmcc_backends::npu::lower::NpuWeight>)>,
+}
+
+/// What [`Package::decrypt`] did.
+#[derive(Clone, Copy, Debug)]
+pub struct Decrypted {
+    pub bytes: usize,
+    pub seconds: f64,
 }
 
 impl std::fmt::Debug for Package {
@@ -445,6 +462,7 @@ impl Package {
             map: Arc::new(map),
             manifest_range: mrange,
             weights_range: wrange,
+            decrypted: None,
         })
     }
 
@@ -468,6 +486,78 @@ impl Package {
             ))),
             Some(_) => Ok(()),
         }
+    }
+
+    /// How the weights are encrypted (`compile --encrypt`), when they are.
+    pub fn encryption(&self) -> Option<&encryption::Encryption> {
+        self.manifest.encryption.as_ref()
+    }
+
+    /// Decrypts an encrypted package's weights with `key` into anonymous
+    /// memory, chunk by chunk ([`encryption::decrypt_into`]); the file's
+    /// pages of each chunk are dropped from the mapping once read, so the
+    /// process holds the weights once, not twice. A wrong key, or a chunk
+    /// that fails authentication, is an error and leaves the package as it
+    /// was (still encrypted). A package that is not encrypted is refused.
+    pub fn decrypt(&mut self, key: &encryption::WeightKey) -> Result<Decrypted, PackageError> {
+        let fail = |message: String| PackageError {
+            path: self.path.clone(),
+            part: Part::Weights,
+            message,
+        };
+        let Some(e) = &self.manifest.encryption else {
+            return Err(fail(
+                "the weights are not encrypted (a key was given to decrypt them)".to_string(),
+            ));
+        };
+        let range = self.weights_range.clone();
+        encryption::check(e, key, range.len()).map_err(&fail)?;
+        let npu = encryption::open_npu_weights(e, key).map_err(&fail)?;
+        let npu = NpuWeights::decode(&npu[..])
+            .map_err(|err| fail(format!("the sealed NPU weights do not decode: {err}")))?
+            .weights;
+        let started = std::time::Instant::now();
+        let mut plain = memmap2::MmapMut::map_anon(range.len().max(1))
+            .map_err(|err| fail(format!("cannot map {} bytes: {err}", range.len())))?;
+        let map = &self.map;
+        let release = |r: Range<usize>| {
+            // SAFETY: a read-only mapping of the file: dropped pages are
+            // read again from the file if touched (nothing refers to their
+            // contents across this call: the chunk was copied out).
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start + r.start,
+                    r.len(),
+                )
+            };
+        };
+        // The verification at open read every page: let them go first.
+        release(0..range.len());
+        encryption::decrypt_into(
+            e,
+            key,
+            &self.map[range.clone()],
+            &mut plain[..range.len()],
+            release,
+        )
+        .map_err(fail)?;
+        let plain = plain
+            .make_read_only()
+            .map_err(|err| fail(format!("cannot protect the decrypted weights: {err}")))?;
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(
+            "{}: decrypted {:.1} MB of weights in {:.3} s ({:.2} GB/s)",
+            self.path.display(),
+            range.len() as f64 / 1e6,
+            seconds,
+            range.len() as f64 / 1e9 / seconds.max(1e-9)
+        );
+        self.decrypted = Some((Arc::new(plain), npu));
+        Ok(Decrypted {
+            bytes: range.len(),
+            seconds,
+        })
     }
 
     /// The whole file's size in bytes.
@@ -539,11 +629,11 @@ impl Package {
     pub fn npu_weights(
         &self,
     ) -> std::collections::HashMap<String, slmcc_backends::npu::lower::NpuWeight> {
-        self.manifest
-            .npu_weights
-            .iter()
-            .map(|w| (w.name.clone(), w.clone()))
-            .collect()
+        let stored = match &self.decrypted {
+            Some((_, npu)) => npu,
+            None => &self.manifest.npu_weights,
+        };
+        stored.iter().map(|w| (w.name.clone(), w.clone())).collect()
     }
 
     /// The module the package holds: every bucket graph with its bucket
@@ -554,6 +644,21 @@ impl Package {
             path: self.path.clone(),
             part,
             message,
+        };
+        let (weights_map, weights_range) = match (&self.manifest.encryption, &self.decrypted) {
+            (None, _) => (self.map.clone(), self.weights_range.clone()),
+            (Some(_), Some((plain, _))) => (plain.clone(), 0..self.weights_range.len()),
+            (Some(e), None) => {
+                return Err(fail(
+                    Part::Weights,
+                    format!(
+                        "the weights are encrypted ({}, key {}): give the key with \
+                         --decrypt KEYFILE",
+                        encryption::SCHEME,
+                        encryption::key_id_text(&e.key_id)
+                    ),
+                ))
+            }
         };
         let mut module = Module::new(self.manifest.module.clone());
         if self.manifest.buckets.is_empty() {
@@ -602,7 +707,7 @@ impl Package {
         slmcc_ir::verify_module(&module).map_err(|e| fail(Part::Manifest, e.to_string()))?;
         module
             .weights
-            .attach_mapped(self.map.clone(), self.weights_range.clone(), &self.path)
+            .attach_mapped(weights_map, weights_range, &self.path)
             .map_err(|e| fail(Part::Weights, e.to_string()))?;
         Ok(module)
     }
@@ -663,6 +768,7 @@ module @m {
             weight_sections: None,
             npu_weights: Vec::new(),
             card: String::new(),
+            encryption: None,
         }
     }
 
@@ -812,6 +918,48 @@ module @m {
         pasted[at + 32..].copy_from_slice(&other[at + 32..]);
         let e = Package::open(&write("pasted", &pasted)).unwrap_err();
         assert_eq!(e.part, Part::Signature, "{e}");
+    }
+
+    /// An encrypted package verifies and opens without its key, and loads
+    /// only with it, as the plain one does; a wrong key is named; a chunk
+    /// changed with its digests made to match fails authentication at
+    /// decryption, and the package stays unloaded.
+    #[test]
+    fn encrypted_packages_load_only_with_their_key() {
+        use encryption::{encrypt_in_place, WeightKey};
+        let m = planned();
+        let plain = weights_blob(&m.weights).unwrap();
+        let key = WeightKey::from_bytes([3; 32]);
+        let mut blob = plain.clone();
+        let mut man = manifest(&m, RUNTIME_ABI);
+        man.encryption = Some(encrypt_in_place(&key, &mut blob, &[]));
+        let mut pkg = Package::open(&write("enc", &encode(&man, &blob))).unwrap();
+        let e = pkg.module().unwrap_err();
+        assert!(e.message.contains("give the key with --decrypt"), "{e}");
+        let e = pkg.decrypt(&WeightKey::from_bytes([4; 32])).unwrap_err();
+        assert!(e.message.starts_with("wrong key"), "{e}");
+        pkg.decrypt(&key).unwrap();
+        let back = pkg.module().unwrap();
+        assert_eq!(
+            back.weights.tensor("w").unwrap().unwrap(),
+            m.weights.tensor("w").unwrap().unwrap()
+        );
+        // Sealed over the changed ciphertext: the digests match.
+        let mut forged = blob.clone();
+        *forged.last_mut().unwrap() ^= 1;
+        let mut pkg = Package::open(&write("forged", &encode(&man, &forged))).unwrap();
+        let e = pkg.decrypt(&key).unwrap_err();
+        assert_eq!(e.part, Part::Weights);
+        assert!(e.message.contains("fails AES-GCM authentication"), "{e}");
+        assert!(pkg.module().is_err());
+        // A plain package has nothing to decrypt.
+        let mut pkg =
+            Package::open(&write("plain", &encode(&manifest(&m, RUNTIME_ABI), &plain))).unwrap();
+        assert!(pkg
+            .decrypt(&key)
+            .unwrap_err()
+            .message
+            .contains("not encrypted"));
     }
 
     /// Version 2 (the layout without signatures) is refused: one flipped
