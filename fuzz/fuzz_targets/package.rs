@@ -7,11 +7,15 @@
 //!   the header places them and sealed again (fresh digests), so that the
 //!   manifest's contents reach the checks behind the digests; when bit 1
 //!   is set too, it is also signed, and the signer checked against the key.
+//!
+//! An encrypted package is decrypted with the seeds' key (32 bytes of 9)
+//! first: the encryption record's checks, and AES-GCM on changed chunks.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use slmcc_fuzz::write;
+use slmcc_runtime::package::encryption::WeightKey;
 use slmcc_runtime::package::signature::SigningKey;
 use slmcc_runtime::package::{self, Manifest, Package, Part};
 
@@ -47,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
         out
     };
     let path = write("model.slmpkg", &bytes);
-    let pkg = match Package::open(&path) {
+    let mut pkg = match Package::open(&path) {
         Ok(pkg) => pkg,
         // A package signed here is refused for its contents, never for
         // its signature.
@@ -59,6 +63,10 @@ fuzz_target!(|data: &[u8]| {
     if signed {
         pkg.check_signer(&key.verifying_key())
             .expect("a package signed here verifies");
+    }
+    if pkg.encryption().is_some() && pkg.decrypt(&WeightKey::from_bytes([9; 32])).is_err() {
+        assert!(pkg.module().is_err(), "nothing half-decrypted loads");
+        return;
     }
     let Ok(module) = pkg.module() else {
         return;
