@@ -191,6 +191,15 @@ fn bad_keys_are_refused_and_signing_composes() {
         &compile(&out, &["--encrypt", s(&dir.join("missing.key"))]),
         "missing.key",
     );
+    // A device is refused, not read forever.
+    refused(
+        &compile(&out, &["--encrypt", "/dev/zero"]),
+        "not a key file",
+    );
+    refused(
+        &compile(&out, &["--sign", "/dev/zero"]),
+        "a key file is a regular file",
+    );
     assert!(!out.exists());
 
     let key = dir.join("w.key");
@@ -209,6 +218,14 @@ fn bad_keys_are_refused_and_signing_composes() {
             &o,
         ),
         "not by the trusted key",
+    );
+    refused(
+        &run(&out, &["--decrypt", "/dev/zero"], "cpu", &o),
+        "not a key file",
+    );
+    refused(
+        &run(&out, &["--trust", "/dev/zero"], "cpu", &o),
+        "a key file is a regular file",
     );
     ok(&run(
         &out,

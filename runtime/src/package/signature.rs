@@ -128,12 +128,22 @@ pub fn read_verifying_key(path: &Path) -> Result<VerifyingKey, String> {
 }
 
 fn read_pem(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if bytes.len() > 64 * 1024 {
+    use std::io::Read;
+    const LIMIT: u64 = 64 * 1024;
+    let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    // A device or a pipe (`/dev/zero`) is refused, not read forever.
+    if !file.metadata().map_err(cannot)?.is_file() {
+        return Err(format!("{}: a key file is a regular file", path.display()));
+    }
+    let mut bytes = Vec::new();
+    file.take(LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > LIMIT {
         return Err(format!(
-            "{}: {} bytes is too long for a key file",
-            path.display(),
-            bytes.len()
+            "{}: more than {LIMIT} bytes is too long for a key file",
+            path.display()
         ));
     }
     String::from_utf8(bytes).map_err(|_| format!("{}: a key file is PEM text", path.display()))
