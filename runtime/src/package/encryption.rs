@@ -21,8 +21,8 @@
 //! the weights. The integrity table's digests are over the ciphertext, so a
 //! package is verified (and its signature checked) without the key.
 //!
-//! [`decrypt_into`] fills a buffer chunk by chunk on several threads, each
-//! chunk authenticated before the next is taken; the caller's `release`
+//! [`decrypt_into`] fills a buffer chunk by chunk on several threads (each
+//! thread authenticates its chunk before it takes another); the caller's `release`
 //! is told each chunk's ciphertext range once it is read, so the file's
 //! pages leave the process (`Package::decrypt` drops them from its
 //! mapping). The first chunk that fails authentication is named, and the
