@@ -39,7 +39,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use super::sections::SECTION_BYTES;
+use super::sections::{for_each_section, SECTION_BYTES};
 
 /// The scheme [`Encryption::scheme`] names: the only one there is.
 pub const SCHEME: &str = "aes-256-gcm";
@@ -51,9 +51,6 @@ pub const NONCE_BYTES: usize = 12;
 pub const TAG_BYTES: usize = 16;
 /// A key id's length.
 pub const KEY_ID_BYTES: usize = 8;
-
-/// Threads at most for the cipher.
-const MAX_THREADS: usize = 8;
 
 /// How a package's weights are encrypted (manifest tag 11).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -171,23 +168,21 @@ fn associated(index: u64, total: u64) -> [u8; 32] {
 /// may be empty); returns the manifest's record.
 pub fn encrypt_in_place(key: &WeightKey, blob: &mut [u8], npu_weights: &[u8]) -> Encryption {
     let total = blob.len() as u64;
-    let n = blob.len().div_ceil(CHUNK_BYTES);
-    let sealed = Mutex::new(vec![([0u8; NONCE_BYTES], [0u8; TAG_BYTES]); n]);
+    let chunks: Vec<Mutex<&mut [u8]>> = blob.chunks_mut(CHUNK_BYTES).map(Mutex::new).collect();
+    let sealed = Mutex::new(vec![([0u8; NONCE_BYTES], [0u8; TAG_BYTES]); chunks.len()]);
     let cipher = key.cipher();
-    let chunks = Mutex::new(blob.chunks_mut(CHUNK_BYTES).enumerate());
-    on_threads(n, || loop {
-        let Some((i, chunk)) = chunks.lock().expect("no panic holding it").next() else {
-            return;
-        };
-        let nonce = key.nonce(i as u64, chunk);
+    for_each_section(chunks.len(), |i| {
+        let mut chunk = chunks[i].lock().expect("no panic holding it");
+        let nonce = key.nonce(i as u64, &chunk);
         let tag = cipher
             .encrypt_in_place_detached(
                 Nonce::from_slice(&nonce),
                 &associated(i as u64, total),
-                chunk,
+                &mut chunk,
             )
             .expect("a chunk is far below GCM's length limit");
         sealed.lock().expect("no panic holding it")[i] = (nonce, tag.into());
+        true
     });
     let sealed = sealed.into_inner().expect("no panic holding it");
     Encryption {
@@ -283,17 +278,12 @@ pub fn decrypt_into(
 ) -> Result<(), String> {
     assert_eq!(cipher.len(), out.len(), "the plaintext is as long");
     let total = cipher.len() as u64;
-    let n = cipher.len().div_ceil(CHUNK_BYTES);
+    let chunks: Vec<Mutex<&mut [u8]>> = out.chunks_mut(CHUNK_BYTES).map(Mutex::new).collect();
+    let n = chunks.len();
     let aes = key.cipher();
     let first_bad = AtomicUsize::new(usize::MAX);
-    let chunks = Mutex::new(out.chunks_mut(CHUNK_BYTES).enumerate());
-    on_threads(n, || loop {
-        if first_bad.load(Ordering::Relaxed) != usize::MAX {
-            return;
-        }
-        let Some((i, chunk)) = chunks.lock().expect("no panic holding it").next() else {
-            return;
-        };
+    for_each_section(n, |i| {
+        let mut chunk = chunks[i].lock().expect("no panic holding it");
         let range = i * CHUNK_BYTES..i * CHUNK_BYTES + chunk.len();
         chunk.copy_from_slice(&cipher[range.clone()]);
         release(range);
@@ -301,13 +291,14 @@ pub fn decrypt_into(
             .decrypt_in_place_detached(
                 Nonce::from_slice(&e.nonces[i * NONCE_BYTES..][..NONCE_BYTES]),
                 &associated(i as u64, total),
-                chunk,
+                &mut chunk,
                 Tag::from_slice(&e.tags[i * TAG_BYTES..][..TAG_BYTES]),
             )
             .is_ok();
         if !ok {
             first_bad.fetch_min(i, Ordering::Relaxed);
         }
+        ok
     });
     match first_bad.into_inner() {
         usize::MAX => Ok(()),
@@ -320,21 +311,6 @@ pub fn decrypt_into(
             ))
         }
     }
-}
-
-/// Runs `work` on up to [`MAX_THREADS`] threads (no more than `n`), this
-/// one among them.
-fn on_threads(n: usize, work: impl Fn() + Sync) {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |t| t.get())
-        .clamp(1, MAX_THREADS)
-        .min(n.max(1));
-    std::thread::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(&work);
-        }
-        work();
-    });
 }
 
 #[cfg(test)]

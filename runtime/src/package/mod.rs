@@ -310,13 +310,6 @@ pub struct Package {
     decrypted: Option<(Arc<Mmap>, Vec<slmcc_backends::npu::lower::NpuWeight>)>,
 }
 
-/// What [`Package::decrypt`] did.
-#[derive(Clone, Copy, Debug)]
-pub struct Decrypted {
-    pub bytes: usize,
-    pub seconds: f64,
-}
-
 impl std::fmt::Debug for Package {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Package")
@@ -499,7 +492,7 @@ impl Package {
     /// process holds the weights once, not twice. A wrong key, or a chunk
     /// that fails authentication, is an error and leaves the package as it
     /// was (still encrypted). A package that is not encrypted is refused.
-    pub fn decrypt(&mut self, key: &encryption::WeightKey) -> Result<Decrypted, PackageError> {
+    pub fn decrypt(&mut self, key: &encryption::WeightKey) -> Result<(), PackageError> {
         let fail = |message: String| PackageError {
             path: self.path.clone(),
             part: Part::Weights,
@@ -554,10 +547,7 @@ impl Package {
             range.len() as f64 / 1e9 / seconds.max(1e-9)
         );
         self.decrypted = Some((Arc::new(plain), npu));
-        Ok(Decrypted {
-            bytes: range.len(),
-            seconds,
-        })
+        Ok(())
     }
 
     /// The whole file's size in bytes.

@@ -89,8 +89,8 @@ fn section(weights: &[u8], size: usize, i: usize) -> &[u8] {
 
 /// Runs `f(i)` for `i` in `0..n`, in increasing order per thread, on up to
 /// [`MAX_THREADS`] threads; stops handing out sections once `f` returns
-/// `false`.
-fn for_each_section(n: usize, f: impl Fn(usize) -> bool + Sync) {
+/// `false` (also what the cipher of `encryption.rs` runs on).
+pub(super) fn for_each_section(n: usize, f: impl Fn(usize) -> bool + Sync) {
     let threads = std::thread::available_parallelism()
         .map_or(1, |t| t.get())
         .clamp(1, MAX_THREADS)
