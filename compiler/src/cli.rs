@@ -546,6 +546,13 @@ pub struct CompileArgs {
     /// With --bucket-profile: how many buckets to choose [default: 3].
     #[arg(long, value_name = "K", requires = "bucket_profile")]
     pub max_buckets: Option<usize>,
+    /// Merge this PEFT LoRA adapter (a folder with adapter_config.json and
+    /// adapter_model.safetensors) into the weights before any pass, with
+    /// WEIGHT (default 1) scaling its update; repeat to merge several.
+    /// Modules are matched by the exporter's scopes, and an adapter that
+    /// does not fit the model is refused, naming the module.
+    #[arg(long, value_name = "DIR[:WEIGHT]")]
+    pub lora: Vec<String>,
     #[command(flatten)]
     pub quant: QuantArgs,
     /// The pass pipeline, replacing the default (see below).
@@ -607,6 +614,16 @@ Pipeline:
   every graph of the package is a planned bucket. Every node must then lower
   on the cpu backend: the first one that does not is named and nothing is
   written.
+
+LoRA:
+  --lora DIR[:WEIGHT] merges a PEFT adapter as merge_and_unload does:
+  W += WEIGHT * (lora_alpha / r) * B.A per adapted linear layer (alpha/sqrt(r)
+  with use_rslora; rank_pattern and alpha_pattern apply), in f32, before
+  quantization. Linear layers are found by graph structure and named by the
+  exporter's scope metadata (dynamo) or node names (TorchScript, Optimum),
+  so weights named val_N or stored transposed are matched. DoRA, LoRA on
+  embeddings, trained biases and modules_to_save are refused. The model
+  card records each adapter's digest, rank, alpha and weight.
 
 Package:
   A header (magic, format version, section lengths, the SHA-256 of the

@@ -28,6 +28,7 @@ use slmcc_ir::{Graph, Module, Op, OpDef, Region, ValueDef};
 use std::path::Path;
 
 use anyhow::Context;
+use slmcc::lora::Adapter;
 use slmcc::pipeline::{quant_name, Quant};
 use slmcc_backends::cpu::CpuOptions;
 use slmcc_runtime::package::{hex, sha256, Manifest, TARGET_RK3588};
@@ -53,6 +54,7 @@ pub fn build(
     manifest: &Manifest,
     module: &Module,
     provenance: Option<&Provenance>,
+    adapters: &[Adapter],
     quality: Option<Value>,
 ) -> Value {
     let versions = manifest.versions.clone().unwrap_or_default();
@@ -65,7 +67,7 @@ pub fn build(
         .collect();
     json!({
         "card": CARD_FORMAT,
-        "model": model_section(manifest, provenance),
+        "model": model_section(manifest, provenance, adapters),
         "compiler": {
             "version": versions.compiler,
             "target": versions.target,
@@ -112,6 +114,7 @@ pub fn measure_quality(
     ids: &[i64],
     args: &CompileArgs,
     quant: Quant,
+    lora: &[Adapter],
 ) -> anyhow::Result<Value> {
     let window = args.eval_window as usize;
     let cpu = CpuOptions::default();
@@ -133,6 +136,7 @@ pub fn measure_quality(
             backend: BackendArg::Cpu,
             cpu: &cpu,
             kv_dtype: None,
+            lora,
         })
         .with_context(|| format!("--eval {}", file.display()))?;
         tracing::info!(
@@ -165,11 +169,16 @@ pub fn measure_quality(
     }))
 }
 
-fn model_section(manifest: &Manifest, provenance: Option<&Provenance>) -> Value {
+fn model_section(
+    manifest: &Manifest,
+    provenance: Option<&Provenance>,
+    adapters: &[Adapter],
+) -> Value {
     let mut model = json!({
         "source": manifest.source,
         "sha256": hex(&manifest.source_sha256),
         "format": if provenance.is_some() { "onnx" } else { "slmcc textual IR" },
+        "lora": adapters.iter().map(lora_entry).collect::<Vec<_>>(),
     });
     let Some(p) = provenance else {
         model["licence"] = Value::Null;
@@ -199,6 +208,19 @@ fn model_section(manifest: &Manifest, provenance: Option<&Provenance>) -> Value 
         None => Value::Null,
     };
     model
+}
+
+/// An adapter merged by `compile --lora`, as the card records it.
+fn lora_entry(a: &Adapter) -> Value {
+    json!({
+        "adapter": a.dir.file_name().map(|f| f.to_string_lossy().into_owned()),
+        "safetensors_sha256": a.sha256,
+        "weight": a.weight,
+        "r": a.rank,
+        "lora_alpha": a.alpha,
+        "use_rslora": a.rslora,
+        "modules": a.modules().count(),
+    })
 }
 
 /// `s` cut to at most `max` bytes at a character boundary, marked when cut.
@@ -413,6 +435,20 @@ pub fn markdown(card: &Value) -> Result<String, String> {
         l => format!("{} (from {})", s(&l["value"]), s(&l["from"])),
     };
     let _ = writeln!(out, "| licence | {licence} |");
+    for a in m["lora"].as_array().into_iter().flatten() {
+        let _ =
+            writeln!(
+            out,
+            "| LoRA merged | `{}` × {}: r {}, alpha {}{}, {} modules, safetensors SHA-256 `{}` |",
+            s(&a["adapter"]),
+            s(&a["weight"]),
+            s(&a["r"]),
+            s(&a["lora_alpha"]),
+            if a["use_rslora"] == true { " (rsLoRA)" } else { "" },
+            s(&a["modules"]),
+            s(&a["safetensors_sha256"])
+        );
+    }
     for (k, v) in m["metadata"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "| metadata `{k}` | {} |", s(v));
     }

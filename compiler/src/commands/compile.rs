@@ -29,7 +29,7 @@ use slmcc_runtime::package::{
     ISA_HOST_JIT, RUNTIME_ABI, TARGET_CPU, TARGET_RK3588,
 };
 
-use super::load::load_module;
+use super::load::load_merged;
 // The fused ops counted per bucket in `--report`.
 use super::report::DEFAULT_BUCKETS;
 use crate::cli::{CompileArgs, CpuArg, Target};
@@ -204,6 +204,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         Some(path) => Some(package::encryption::WeightKey::read(path).map_err(|e| anyhow!(e))?),
         None => None,
     };
+    let adapters = super::load::read_adapters(&args.lora)?;
     let eval_ids = match &args.eval {
         Some(file) => {
             let mut ids = super::load::ids_or_text(file, args.eval_tokenizer.as_deref(), "--eval")?;
@@ -215,7 +216,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let source_sha256 =
         package::sha256_file(model).with_context(|| format!("cannot read {}", model.display()))?;
     let t0 = Instant::now();
-    let mut module = load_module(model)?;
+    let mut module = load_merged(model, &adapters)?;
     let import_ms = ms(t0);
     let calibration = super::load::calibrate(
         &mut module,
@@ -363,10 +364,11 @@ pub fn run(args: CompileArgs) -> CmdResult {
             ids,
             &args,
             choice.quant,
+            &adapters,
         )?),
         None => None,
     };
-    let card = super::card::build(&manifest, &module, provenance.as_ref(), quality);
+    let card = super::card::build(&manifest, &module, provenance.as_ref(), &adapters, quality);
     manifest.card = serde_json::to_string_pretty(&card).expect("JSON values") + "\n";
     let mut weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
     if let Some(key) = &weights_key {

@@ -25,7 +25,7 @@ use slmcc_ir::Tensor;
 use slmcc_runtime::Capture;
 
 use super::load::{
-    calibrate, encode_text_file, entry_graph, execute, load_module, prepare_quantized,
+    calibrate, encode_text_file, entry_graph, execute, load_merged, prepare_quantized,
     read_token_ids, Backend,
 };
 use crate::cli::{BackendArg, EvalAction, EvalArgs, EvalPplArgs, KvDtype, QuantArgs, QuantScheme};
@@ -83,6 +83,7 @@ fn ppl(a: EvalPplArgs) -> CmdResult {
         backend: a.backend,
         cpu: &a.threads.cpu_options(),
         kv_dtype: a.kv_dtype,
+        lora: &[],
     })?;
     println!(
         "perplexity {:.4} ({} tokens scored in {} windows of {}; \
@@ -114,6 +115,8 @@ pub struct Measure<'a> {
     pub backend: BackendArg,
     pub cpu: &'a CpuOptions,
     pub kv_dtype: Option<KvDtype>,
+    /// LoRA adapters merged into the model first (`compile --lora`).
+    pub lora: &'a [slmcc::lora::Adapter],
 }
 
 /// A perplexity measurement.
@@ -132,7 +135,7 @@ pub fn perplexity(m: &Measure) -> anyhow::Result<Perplexity> {
     if windows == 0 {
         bail!("{} tokens are fewer than one window of {window}", ids.len());
     }
-    let mut module = load_module(m.model)?;
+    let mut module = load_merged(m.model, m.lora)?;
     if module.buckets.values().next().is_some() {
         bail!(
             "{}: a package or bucketed module keeps only the last token's logits; \

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
+use slmcc::lora;
 use slmcc::pipeline::{Pipeline, Quant};
 use slmcc::unplanned::{run_graph_jit, run_graph_npu};
 use slmcc_backends::cpu::CpuOptions;
@@ -71,6 +72,41 @@ pub fn load_module(path: &Path) -> anyhow::Result<Module> {
             path.display()
         ),
     }
+}
+
+/// Loads a model as [`load_module`] does, with LoRA `adapters` merged into
+/// its weights ([`slmcc::lora`]; `compile --lora`). Only an ONNX model has
+/// the exporter's scopes the adapters are matched by.
+pub fn load_merged(path: &Path, adapters: &[lora::Adapter]) -> anyhow::Result<Module> {
+    if adapters.is_empty() {
+        return load_module(path);
+    }
+    if path.extension().is_none_or(|e| e != "onnx") {
+        bail!(
+            "{}: --lora needs an ONNX model (adapters are matched to its linear layers by the \
+             exporter's module scopes)",
+            path.display()
+        );
+    }
+    let (mut module, layers) = slmcc::onnx::import_model_with_layers(path)?;
+    let merged = lora::merge(&mut module, &layers, adapters)?;
+    tracing::info!(
+        "--lora: {} adapter(s) merged into {} weights ({} parameters)",
+        adapters.len(),
+        merged.weights,
+        merged.parameters
+    );
+    Ok(module)
+}
+
+/// Reads the adapters of `compile --lora DIR[:WEIGHT]...`.
+pub fn read_adapters(args: &[String]) -> anyhow::Result<Vec<lora::Adapter>> {
+    args.iter()
+        .map(|arg| {
+            let (dir, weight) = lora::parse_lora_arg(arg).map_err(|e| anyhow!("--lora {e}"))?;
+            Ok(lora::read_adapter(&dir, weight)?)
+        })
+        .collect()
 }
 
 /// Prepares a module for a backend: fold the shape bookkeeping, fuse the

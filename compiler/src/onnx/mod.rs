@@ -37,6 +37,7 @@
 
 pub mod context;
 mod graph;
+pub mod linears;
 pub mod ops;
 pub mod provenance;
 pub mod tensor;
@@ -98,6 +99,21 @@ impl fmt::Display for ImportError {
 /// `constant` nodes (see the module doc for the rule). External data is
 /// resolved relative to the model's folder.
 pub fn import_model(path: &Path) -> Result<Module, ImportError> {
+    import_model_proto(parse_model(path)?, path)
+}
+
+/// [`import_model`], and the model's linear layers by PyTorch module
+/// ([`linears`]), which a LoRA adapter is merged into.
+pub fn import_model_with_layers(
+    path: &Path,
+) -> Result<(Module, Vec<linears::LinearLayer>), ImportError> {
+    let model = parse_model(path)?;
+    let layers = linears::linear_layers(&model.graph);
+    Ok((import_model_proto(model, path)?, layers))
+}
+
+/// Reads and parses an ONNX model file (its wire format checked first).
+fn parse_model(path: &Path) -> Result<ModelProto, ImportError> {
     let file = fs::File::open(path)
         .map_err(|e| ImportError::new(path, format!("cannot read the file: {e}")))?;
     if file.metadata().is_ok_and(|m| m.is_dir()) {
@@ -117,7 +133,7 @@ pub fn import_model(path: &Path) -> Result<Module, ImportError> {
     let model = ModelProto::parse_from_bytes(&map)
         .map_err(|e| ImportError::new(path, format!("not a valid ONNX model: {e}")))?;
     drop(map);
-    import_model_proto(model, path)
+    Ok(model)
 }
 
 /// Imports a parsed model; `path` names it in messages and its folder holds
