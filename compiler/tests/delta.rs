@@ -1,19 +1,18 @@
 //! `slmcc delta` and `slmcc patch`: patch(OLD, delta(OLD, NEW)) == NEW byte
 //! for byte, for a LoRA-merged fine-tune of the Qwen2 test model
-//! (`testdata/models/lora_update.py`, rank 16 on the attention
-//! projections) compiled for rk3588 and signed; and a patch is refused,
+//! (`compile --lora testdata/lora/qwen2_attn`: PEFT's rank-4 adapter on
+//! the attention projections) compiled for rk3588 and signed; and a patch is refused,
 //! with nothing written, for another OLD, a changed or cut update, or a
 //! result the trusted key did not sign.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::{keygen_in, ok, refused, repo, s, scratch_dir, skip, slmcc, stderr, stdout};
+use common::{keygen_in, ok, refused, repo, s, scratch_dir, slmcc, stderr, stdout};
 
-fn compile(model: &Path, out: &Path, key: &Path) {
-    ok(&slmcc(&[
+fn compile(model: &Path, out: &Path, key: &Path, extra: &[&str]) {
+    let mut args = vec![
         "compile",
         s(model),
         "--target",
@@ -24,7 +23,9 @@ fn compile(model: &Path, out: &Path, key: &Path) {
         s(key),
         "-o",
         s(out),
-    ]));
+    ];
+    args.extend_from_slice(extra);
+    ok(&slmcc(&args));
 }
 
 /// Nothing but `keep` in `dir` (no temporary file left behind).
@@ -41,27 +42,15 @@ fn only(dir: &Path, keep: &[&str]) {
 
 #[test]
 fn patching_a_lora_update_rebuilds_the_package_byte_for_byte() {
-    let Some(py) = std::env::var_os("SLMCC_PYTHON").map(PathBuf::from) else {
-        skip("delta of a LoRA update", "SLMCC_PYTHON is not set");
-        return;
-    };
     let dir = scratch_dir("delta-lora");
     let keys = scratch_dir("delta-keys");
     let (a_key, a_pub) = keygen_in(&keys, "a");
     let (_, b_pub) = keygen_in(&keys, "b");
-    let tuned = dir.join("qwen2_lora.onnx");
-    let o = Command::new(py)
-        .arg(repo().join("testdata/models/lora_update.py"))
-        .arg(repo().join("testdata/models/qwen2.onnx"))
-        .arg(&tuned)
-        .output()
-        .unwrap();
-    ok(&o);
-    assert!(stderr(&o).contains("updated 8 weights"), "{}", stderr(&o));
+    let model = repo().join("testdata/models/qwen2.onnx");
+    let adapter = repo().join("testdata/lora/qwen2_attn");
     let (old, new) = (dir.join("old.slmpkg"), dir.join("new.slmpkg"));
-    compile(&repo().join("testdata/models/qwen2.onnx"), &old, &a_key);
-    compile(&tuned, &new, &a_key);
-    std::fs::remove_file(&tuned).unwrap();
+    compile(&model, &old, &a_key, &[]);
+    compile(&model, &new, &a_key, &["--lora", s(&adapter)]);
     let (old_bytes, new_bytes) = (std::fs::read(&old).unwrap(), std::fs::read(&new).unwrap());
     assert_ne!(old_bytes, new_bytes);
 

@@ -72,8 +72,10 @@ weights, whose `doc_string` names the PyTorch parameter):
 * MLP: `MatMul` gate / `Sigmoid` / `Mul` (SiLU), `MatMul` up, `Mul`, `MatMul` down,
   residual `Add`; final RMSNorm and the LM-head `MatMul` named `logits`.
 
-Differences from a real export: no node `metadata_props` (stack traces, name scopes) and
-no `value_info` (the exporter annotates intermediates with symbolic shapes such as
+Differences from a real export: of the node `metadata_props`, only the linear layers'
+MatMuls carry the exporter's module scopes (`pkg.torch.onnx.name_scopes` and
+`pkg.torch.onnx.class_hierarchy`, which `slmcc compile --lora` matches adapters by), no
+stack traces; no `value_info` (the exporter annotates intermediates with symbolic shapes such as
 `seq + 1`; onnx shape inference would only give `unk__N` dims, and slmcc infers shapes
 itself); the node and `val_*` numbering differs (the exporter's counts include the FX
 nodes it folds away).
@@ -182,6 +184,32 @@ class Builder:
         out = self.name(base) if base else self.val_name()
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"node_{out}", **attrs))
         return out
+
+
+HF = "transformers.models.qwen2.modeling_qwen2."
+CLASSES = {"": HF + "Qwen2ForCausalLM", "model": HF + "Qwen2Model", "self_attn": HF + "Qwen2Attention",
+           "mlp": HF + "Qwen2MLP"}
+
+
+def scope(node, module: str) -> None:
+    """Gives a linear layer's MatMul the scope metadata the dynamo exporter writes for
+    `module` (e.g. `model.layers.0.self_attn.q_proj`): the module path from the root down
+    (a ModuleList is no scope), then the ATen op, with their classes."""
+    parts = module.split(".")
+    scopes = [""] + [".".join(parts[:i + 1]) for i in range(len(parts))
+                     if not (i + 1 < len(parts) and parts[i + 1].isdigit())]
+
+    def cls(s: str) -> str:
+        last = s.rsplit(".", 1)[-1]
+        if last.isdigit():
+            return HF + "Qwen2DecoderLayer"
+        return CLASSES.get(last, "torch.nn.modules.linear.Linear")
+
+    meta = {"pkg.torch.onnx.name_scopes": repr(scopes + ["linear"]),
+            "pkg.torch.onnx.class_hierarchy": repr([cls(s) for s in scopes] + ["aten.linear.default"])}
+    for k, v in meta.items():
+        entry = node.metadata_props.add()
+        entry.key, entry.value = k, v
 
 
 def rope_inv_freq(head_dim: int, theta: float) -> np.ndarray:
@@ -325,6 +353,7 @@ def build(out_dir: Path, layers: int, seed: int, std: float, tied: bool) -> tupl
             wt = weight_t(f"{p}.self_attn.{name}_proj.weight", E, heads * D, b)
             bias = w.add(f"{p}.self_attn.{name}_proj.bias", normal((heads * D,)))
             mm = b.op("MatMul", [x, wt])
+            scope(b.nodes[-1], f"{p}.self_attn.{name}_proj")
             lin = b.op("Add", [mm, bias], "linear")
             view = b.op("Reshape", [lin, shape], "view", allowzero=1)
             proj[name] = b.op("Transpose", [view], "transpose", perm=[0, 2, 1, 3])
@@ -351,17 +380,21 @@ def build(out_dir: Path, layers: int, seed: int, std: float, tied: bool) -> tupl
         ctx_2d = b.op("Reshape", [ctx_t, shape_o], "view", allowzero=1)
         wo = weight_t(f"{p}.self_attn.o_proj.weight", H * D, E, b)
         o = b.op("MatMul", [ctx_2d, wo], "linear")
+        scope(b.nodes[-1], f"{p}.self_attn.o_proj")
         h = b.op("Add", [h, o], "add")
         x = rms_norm(h, ln2)
         wg = weight_t(f"{p}.mlp.gate_proj.weight", E, F, b)
         gate = b.op("MatMul", [x, wg], "linear")
+        scope(b.nodes[-1], f"{p}.mlp.gate_proj")
         sig = b.op("Sigmoid", [gate])
         silu = b.op("Mul", [gate, sig], "silu")
         wu = weight_t(f"{p}.mlp.up_proj.weight", E, F, b)
         up = b.op("MatMul", [x, wu], "linear")
+        scope(b.nodes[-1], f"{p}.mlp.up_proj")
         act = b.op("Mul", [silu, up], "mul")
         wd = weight_t(f"{p}.mlp.down_proj.weight", F, E, b)
         down = b.op("MatMul", [act, wd], "linear")
+        scope(b.nodes[-1], f"{p}.mlp.down_proj")
         h = b.op("Add", [h, down], "add")
 
     norm_w = w.add("model.norm.weight", 1.0 + normal((E,)))
@@ -373,6 +406,7 @@ def build(out_dir: Path, layers: int, seed: int, std: float, tied: bool) -> tupl
     else:
         head = weight_t("lm_head.weight", E, V, b)
     b.nodes.append(helper.make_node("MatMul", [x, head], ["logits"], name="node_logits"))
+    scope(b.nodes[-1], "lm_head")
     w.close()
 
     graph = helper.make_graph(
