@@ -46,6 +46,9 @@ enum Data {
         map: Arc<Mmap>,
         start: usize,
         end: usize,
+        /// The mapping is of a file (not anonymous memory), so its pages
+        /// may be dropped and read again.
+        of_file: bool,
     },
     Owned(Arc<Tensor>),
 }
@@ -57,6 +60,28 @@ impl std::fmt::Debug for Data {
             Data::Owned(t) => write!(f, "Owned({:?})", t.shape()),
         }
     }
+}
+
+/// Where a safetensors blob puts the weights
+/// ([`WeightStore::safetensors_layout`]).
+#[derive(Clone, Debug)]
+pub struct SafetensorsLayout {
+    /// The length prefix and the JSON header, padded.
+    pub head: Vec<u8>,
+    /// The weights in order, each followed by its padding.
+    pub pieces: Vec<LayoutPiece>,
+    /// The blob's length in bytes.
+    pub len: usize,
+}
+
+/// One weight of a [`SafetensorsLayout`].
+#[derive(Clone, Debug)]
+pub struct LayoutPiece {
+    pub name: String,
+    /// Its bytes.
+    pub len: usize,
+    /// The zero bytes after it.
+    pub pad: usize,
 }
 
 /// One declared weight.
@@ -158,7 +183,9 @@ impl WeightStore {
     /// The raw little-endian bytes of a weight, if its data is loaded and mapped.
     pub fn bytes(&self, name: &str) -> Option<&[u8]> {
         match self.decls.get(name)?.data.as_ref()? {
-            Data::Mapped { map, start, end } => Some(&map[*start..*end]),
+            Data::Mapped {
+                map, start, end, ..
+            } => Some(&map[*start..*end]),
             Data::Owned(_) => None,
         }
     }
@@ -181,10 +208,20 @@ impl WeightStore {
         match &w.data {
             None => Ok(None),
             Some(Data::Owned(t)) => Ok(Some(t.clone())),
-            Some(Data::Mapped { map, start, end }) => {
-                Tensor::from_le_bytes(w.ty.dtype, shape, &map[*start..*end])
-                    .map(|t| Some(Arc::new(t)))
-                    .map_err(|e| err(e.to_string()))
+            Some(Data::Mapped {
+                map,
+                start,
+                end,
+                of_file,
+            }) => {
+                let t = Tensor::from_le_bytes(w.ty.dtype, shape, &map[*start..*end])
+                    .map_err(|e| err(e.to_string()))?;
+                // The tensor is a copy: a pass reading every weight of a
+                // mapped model must not keep the file's pages resident too.
+                if *of_file {
+                    release(map, *start..*end);
+                }
+                Ok(Some(Arc::new(t)))
             }
         }
     }
@@ -218,6 +255,7 @@ impl WeightStore {
                 map: file.map.clone(),
                 start: entry.start,
                 end: entry.end,
+                of_file: file.of_file,
             });
         }
         Ok(())
@@ -235,6 +273,7 @@ impl WeightStore {
                     map: file.map.clone(),
                     start: e.start,
                     end: e.end,
+                    of_file: file.of_file,
                 });
                 (name, Weight { ty: e.ty, data })
             })
@@ -282,37 +321,59 @@ impl WeightStore {
     /// the weight is mapped (not held).
     pub fn mapped(&self, name: &str) -> Option<(&Arc<Mmap>, std::ops::Range<usize>)> {
         match self.decls.get(name)?.data.as_ref()? {
-            Data::Mapped { map, start, end } => Some((map, *start..*end)),
+            Data::Mapped {
+                map, start, end, ..
+            } => Some((map, *start..*end)),
             Data::Owned(_) => None,
         }
     }
 
     fn write_safetensors(&self, align: usize, pad: bool) -> Result<Vec<u8>, WeightError> {
+        let layout = self.safetensors_layout(align, pad)?;
+        let mut out = Vec::with_capacity(layout.len);
+        self.write_safetensors_to(&layout, &mut out, false)
+            .expect("writing to memory");
+        Ok(out)
+    }
+
+    /// Where [`WeightStore::to_safetensors`] (`pad` false) or
+    /// [`WeightStore::to_safetensors_region`] (`pad` true) puts each weight,
+    /// computed from the declared types without touching the data, so that
+    /// [`WeightStore::write_safetensors_to`] can stream the blob.
+    pub fn safetensors_layout(
+        &self,
+        align: usize,
+        pad: bool,
+    ) -> Result<SafetensorsLayout, WeightError> {
         assert!(align.is_power_of_two() && align >= 8, "alignment {align}");
         let mut header = serde_json::Map::new();
-        let mut blobs: Vec<Vec<u8>> = Vec::new();
+        let mut pieces = Vec::with_capacity(self.decls.len());
         let mut offset = 0usize;
         for (name, w) in &self.decls {
-            let Some(t) = self.tensor(name)? else {
-                return Err(WeightError::Weight {
-                    name: name.clone(),
-                    reason: "has no data to save".to_string(),
-                });
+            let err = |reason: String| WeightError::Weight {
+                name: name.clone(),
+                reason,
             };
-            let bytes = t.to_le_bytes();
-            let shape: Vec<usize> = t.shape().to_vec();
+            if w.data.is_none() {
+                return Err(err("has no data to save".to_string()));
+            }
+            let shape =
+                w.ty.shape
+                    .as_fixed()
+                    .ok_or_else(|| err(format!("shape {} is not static", w.ty.shape)))?;
+            let len = w.ty.dtype.bytes_for(shape.iter().product());
             header.insert(
                 name.clone(),
                 serde_json::json!({
                     "dtype": dtype_tag(w.ty.dtype),
                     "shape": shape,
-                    "data_offsets": [offset, offset + bytes.len()],
+                    "data_offsets": [offset, offset + len],
                 }),
             );
-            offset += bytes.len();
-            blobs.push(bytes);
+            offset += len;
             let gap = offset.next_multiple_of(align) - offset;
-            if pad && gap > 0 {
+            let gap = if pad { gap } else { 0 };
+            if gap > 0 {
                 header.insert(
                     format!("{PAD_PREFIX}{name}"),
                     serde_json::json!({
@@ -322,21 +383,114 @@ impl WeightStore {
                     }),
                 );
                 offset += gap;
-                blobs.push(vec![0; gap]);
             }
+            pieces.push(LayoutPiece {
+                name: name.clone(),
+                len,
+                pad: gap,
+            });
         }
         let mut json = serde_json::to_vec(&serde_json::Value::Object(header))
             .expect("JSON of strings and numbers");
         while !(8 + json.len()).is_multiple_of(align) {
             json.push(b' ');
         }
-        let mut out = Vec::with_capacity(8 + json.len() + offset);
-        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-        out.extend_from_slice(&json);
-        for b in blobs {
-            out.extend_from_slice(&b);
+        let mut head = Vec::with_capacity(8 + json.len());
+        head.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        head.extend_from_slice(&json);
+        Ok(SafetensorsLayout {
+            len: head.len() + offset,
+            head,
+            pieces,
+        })
+    }
+
+    /// Writes the blob `layout` describes (from
+    /// [`WeightStore::safetensors_layout`] of this store) to `w`, one weight
+    /// at a time: a mapped weight straight from its mapping, a held one
+    /// through its little-endian bytes. With `release`, a mapped weight's
+    /// pages are dropped from the mapping once written (`MADV_DONTNEED`: the
+    /// file stays in the page cache, the process stops holding it), so
+    /// streaming a mapped model does not grow the resident set by its size.
+    pub fn write_safetensors_to(
+        &self,
+        layout: &SafetensorsLayout,
+        w: &mut dyn std::io::Write,
+        release: bool,
+    ) -> std::io::Result<()> {
+        let gone = |name: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("weight @{name} is not in the store the layout was made from"),
+            )
+        };
+        w.write_all(&layout.head)?;
+        let zeros = [0u8; 64];
+        for piece in &layout.pieces {
+            let decl = self
+                .decls
+                .get(&piece.name)
+                .ok_or_else(|| gone(&piece.name))?;
+            let written = match decl.data.as_ref().ok_or_else(|| gone(&piece.name))? {
+                Data::Mapped {
+                    map,
+                    start,
+                    end,
+                    of_file,
+                } => {
+                    w.write_all(&map[*start..*end])?;
+                    if release && *of_file {
+                        self::release(map, *start..*end);
+                    }
+                    end - start
+                }
+                Data::Owned(t) => {
+                    let bytes = t.to_le_bytes();
+                    w.write_all(&bytes)?;
+                    bytes.len()
+                }
+            };
+            if written != piece.len {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "weight @{} has {written} bytes, its type says {}",
+                        piece.name, piece.len
+                    ),
+                ));
+            }
+            let mut gap = piece.pad;
+            while gap > 0 {
+                let n = gap.min(zeros.len());
+                w.write_all(&zeros[..n])?;
+                gap -= n;
+            }
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Adds (or replaces) a weight whose bytes (little-endian, as
+    /// safetensors stores them) lie at `range` of `map`, a mapping of a
+    /// file (an ONNX model's external data): nothing is copied.
+    pub fn insert_mapped(
+        &mut self,
+        name: impl Into<String>,
+        ty: TensorType,
+        map: Arc<Mmap>,
+        range: std::ops::Range<usize>,
+    ) {
+        self.decls.insert(
+            name.into(),
+            Weight {
+                ty,
+                data: Some(Data::Mapped {
+                    map,
+                    start: range.start,
+                    end: range.end,
+                    of_file: true,
+                }),
+            },
+        );
     }
 
     /// Attaches the weights of a safetensors blob that lies at `range` of an
@@ -354,6 +508,18 @@ impl WeightStore {
     }
 }
 
+/// Drops the pages of `range` of `map`, a read-only mapping of a file, from
+/// the process (`MADV_DONTNEED`): they stay in the page cache and are read
+/// again if touched, so this only bounds the resident set.
+fn release(map: &Mmap, range: std::ops::Range<usize>) {
+    // SAFETY: for a read-only file mapping, dropped pages are read again
+    // from the file when next touched; the callers hold no reference into
+    // them across this call.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
+    };
+}
+
 struct FileEntry {
     ty: TensorType,
     start: usize,
@@ -363,6 +529,8 @@ struct FileEntry {
 struct MappedFile {
     map: Arc<Mmap>,
     entries: BTreeMap<String, FileEntry>,
+    /// `map` is a file's (not anonymous memory that a caller filled).
+    of_file: bool,
 }
 
 fn read_file(path: &Path) -> Result<MappedFile, WeightError> {
@@ -376,7 +544,9 @@ fn read_file(path: &Path) -> Result<MappedFile, WeightError> {
     // memory-mapped model file).
     let map = unsafe { Mmap::map(&file) }.map_err(io)?;
     let len = map.len();
-    parse_blob(Arc::new(map), 0..len, path)
+    let mut file = parse_blob(Arc::new(map), 0..len, path)?;
+    file.of_file = true;
+    Ok(file)
 }
 
 /// Reads the safetensors header of the blob at `range` of `map`; entry
@@ -463,7 +633,11 @@ fn parse_blob(
             },
         );
     }
-    Ok(MappedFile { map, entries })
+    Ok(MappedFile {
+        map,
+        entries,
+        of_file: false,
+    })
 }
 
 #[cfg(test)]

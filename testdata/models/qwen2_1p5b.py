@@ -111,6 +111,15 @@ CONFIG = dict(
     rope_theta=1e6,
 )
 
+# Other dims in the same graph form (`--shape`): Llama-2-7B's (meta-llama/Llama-2-7b-hf
+# config.json: MHA, 32000 vocab, untied head), for compiling a 7B-sized model; the graph
+# keeps Qwen2's q/k/v biases, 0.4% more parameters than Llama's.
+SHAPES = {
+    "qwen2-1.5b": CONFIG,
+    "llama2-7b": dict(layers=32, hidden=4096, heads=32, kv_heads=32, head_dim=128,
+                      intermediate=11008, vocab=32000, eps=1e-5, rope_theta=1e4),
+}
+
 
 class Writer:
     """Appends tensors to one external data file and makes their TensorProto entries."""
@@ -218,8 +227,9 @@ def rope_inv_freq(head_dim: int, theta: float) -> np.ndarray:
     return (np.float32(1.0) / np.power(np.float32(theta), exponent, dtype=np.float32)).astype(np.float32)
 
 
-def build(out_dir: Path, layers: int, seed: int, std: float, tied: bool) -> tuple[Path, dict]:
-    c = dict(CONFIG, layers=layers)
+def build(out_dir: Path, config: dict, seed: int, std: float, tied: bool) -> tuple[Path, dict]:
+    c = config
+    layers = c["layers"]
     H, KV, D, E, F, V = c["heads"], c["kv_heads"], c["head_dim"], c["hidden"], c["intermediate"], c["vocab"]
     n_rep = H // KV
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -439,9 +449,10 @@ def check(model_path: Path, layers: int, seq: int = 4) -> None:
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    ids = np.random.default_rng(1).integers(0, CONFIG["vocab"], size=(1, seq), dtype=np.int64)
+    vocab = sess.get_outputs()[0].shape[-1]
+    ids = np.random.default_rng(1).integers(0, vocab, size=(1, seq), dtype=np.int64)
     (logits,) = sess.run(["logits"], {"input_ids": ids})
-    assert logits.shape == (1, seq, CONFIG["vocab"]), logits.shape
+    assert logits.shape == (1, seq, vocab), logits.shape
     assert np.isfinite(logits).all(), "non-finite logits"
     print(f"onnxruntime: logits {logits.shape} finite, std {logits.std():.4f}, "
           f"argmax {logits[0].argmax(-1).tolist()}")
@@ -449,7 +460,9 @@ def check(model_path: Path, layers: int, seq: int = 4) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--layers", type=int, default=CONFIG["layers"])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-1.5b",
+                    help="the dims (default qwen2-1.5b)")
+    ap.add_argument("--layers", type=int, help="layers (default: the shape's)")
     ap.add_argument("--out", type=Path, help="output folder (default testdata/generated/"
                     "qwen2_1p5b[_l<N>])")
     ap.add_argument("--seed", type=int, default=0)
@@ -458,17 +471,21 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="run onnx.checker (and onnxruntime "
                     "with seq 4 if --layers <= 4) on the result")
     args = ap.parse_args()
-    if args.layers < 1:
-        raise SystemExit("--layers must be >= 1")
-    suffix = "" if args.layers == CONFIG["layers"] else f"_l{args.layers}"
-    out = args.out or GENERATED_DIR / f"qwen2_1p5b{suffix}"
+    config = dict(SHAPES[args.shape])
+    if args.layers is not None:
+        if args.layers < 1:
+            raise SystemExit("--layers must be >= 1")
+        config["layers"] = args.layers
+    suffix = "" if args.layers in (None, SHAPES[args.shape]["layers"]) else f"_l{args.layers}"
+    stem = "qwen2_1p5b" if args.shape == "qwen2-1.5b" else args.shape.replace("-", "_") + "_shape"
+    out = args.out or GENERATED_DIR / f"{stem}{suffix}"
     t0 = time.monotonic()
-    path, stats = build(out, args.layers, args.seed, args.std, tied=not args.untied)
+    path, stats = build(out, config, args.seed, args.std, tied=not args.untied)
     print(f"wrote {path} (+ {path.name}.data): {stats['nodes']} nodes, "
           f"{stats['params'] / 1e9:.3f} G float32 values stored, "
           f"{stats['bytes'] / 2**30:.2f} GiB, {time.monotonic() - t0:.1f} s")
     if args.check:
-        check(path, args.layers)
+        check(path, config["layers"])
 
 
 if __name__ == "__main__":

@@ -370,23 +370,19 @@ pub fn run(args: CompileArgs) -> CmdResult {
     };
     let card = super::card::build(&manifest, &module, provenance.as_ref(), &adapters, quality);
     manifest.card = serde_json::to_string_pretty(&card).expect("JSON values") + "\n";
-    let mut weights = package::weights_blob(&module.weights).map_err(|e| at(&e))?;
-    if let Some(key) = &weights_key {
-        let npu = package::NpuWeights {
-            weights: std::mem::take(&mut manifest.npu_weights),
-        };
-        let npu = match npu.weights.is_empty() {
-            true => Vec::new(),
-            false => npu.encode_to_vec(),
-        };
-        manifest.encryption = Some(package::encryption::encrypt_in_place(
-            key,
-            &mut weights,
-            &npu,
-        ));
-    }
-    let manifest = package::seal(manifest, &weights);
-    let file_bytes = write_package(&out, &manifest, &weights, signing_key.as_ref())?;
+    let t_write = Instant::now();
+    let written = super::opt::with_partial_file(&out, |file, tmp| {
+        package::stream::write_streamed(
+            file,
+            manifest,
+            &module.weights,
+            weights_key.as_ref(),
+            signing_key.as_ref(),
+        )
+        .map_err(|e| anyhow!("cannot write {}: {e}", tmp.display()))
+    })?;
+    let write_ms = ms(t_write);
+    let (manifest, file_bytes) = (written.manifest, written.file_bytes);
     let sizes: Vec<String> = graphs.iter().map(|(_, s)| s.to_string()).collect();
     println!(
         "wrote {}: target {} (cpu {}, quant {}), buckets {}; {} bytes (manifest {}, weights {}){}",
@@ -397,7 +393,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
         sizes.join(", "),
         file_bytes,
         manifest.encoded_len(),
-        weights.len(),
+        written.weights_bytes,
         signing_key.as_ref().map_or(String::new(), |k| format!(
             "; signed by {}",
             package::signature::key_id(&k.verifying_key())
@@ -412,29 +408,14 @@ pub fn run(args: CompileArgs) -> CmdResult {
             &graphs,
             &codegen_ms,
             &records,
-            import_ms,
+            (import_ms, write_ms),
             &manifest,
-            (&out, file_bytes, weights.len()),
+            (&out, file_bytes, written.weights_bytes),
         );
         let text = serde_json::to_string_pretty(&report).expect("JSON values") + "\n";
         super::opt::write_atomically(path, text.as_bytes())?;
     }
     Ok(())
-}
-
-/// Writes the package, signed with `key` when given, through a temporary
-/// file renamed into place, so a failure leaves nothing half-written (a torn
-/// write after a crash fails the digests at load); returns its size.
-fn write_package(
-    out: &Path,
-    manifest: &Manifest,
-    weights: &[u8],
-    key: Option<&package::signature::SigningKey>,
-) -> anyhow::Result<usize> {
-    super::opt::write_through_partial(out, |f, tmp| {
-        package::encode_signed_to(f, manifest, weights, key)
-            .map_err(|e| anyhow!("cannot write {}: {e}", tmp.display()))
-    })
 }
 
 fn ms(since: Instant) -> f64 {
@@ -447,7 +428,7 @@ fn json_report(
     graphs: &[(&str, u64)],
     codegen_ms: &[f64],
     records: &[PassRecord],
-    import_ms: f64,
+    (import_ms, write_ms): (f64, f64),
     manifest: &Manifest,
     (out, file_bytes, weights_bytes): (&Path, usize, usize),
 ) -> serde_json::Value {
@@ -505,6 +486,7 @@ fn json_report(
     json!({
         "package": out.display().to_string(),
         "module": module.name,
+        "write_ms": write_ms,
         "entry": manifest.entry,
         "versions": {
             "compiler": v.compiler,

@@ -126,14 +126,32 @@ pub fn write_through_partial<T>(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<fs::File>, &Path) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    with_partial_file(path, |file, tmp| {
+        let mut f = std::io::BufWriter::new(file.try_clone()?);
+        let value = write(&mut f, tmp)?;
+        std::io::Write::flush(&mut f).with_context(|| format!("cannot write {}", tmp.display()))?;
+        Ok(value)
+    })
+}
+
+/// [`write_through_partial`] for a writer that needs the file itself,
+/// opened for reading and writing (to map what it wrote): `write` fills it,
+/// then it is synced and renamed into place, or removed on any failure.
+pub fn with_partial_file<T>(
+    path: &Path,
+    write: impl FnOnce(&mut fs::File, &Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let tmp = partial_path(path);
     let result = (|| {
-        let file =
-            fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-        let mut f = std::io::BufWriter::new(file);
-        let value = write(&mut f, &tmp)?;
-        std::io::Write::flush(&mut f)
-            .and_then(|()| f.get_ref().sync_all())
+        let mut file = fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        let value = write(&mut file, &tmp)?;
+        file.sync_all()
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         Ok(value)
     })();

@@ -13,11 +13,11 @@ use std::rc::Rc;
 use onnx_protobuf::{AttributeProto, FunctionProto, ModelProto, NodeProto, ValueInfoProto};
 use slmcc_ir::ops::constant::Constant;
 use slmcc_ir::ops::identity::Identity;
-use slmcc_ir::{Dim, Fact, Graph, Module, OpDef, Tensor, TensorType, ValueDef, ValueId};
+use slmcc_ir::{DType, Dim, Fact, Graph, Module, OpDef, Tensor, TensorType, ValueDef, ValueId};
 
 use super::context::Ctx;
 use super::ops::Registry;
-use super::tensor::{decode_tensor, dtype_from_onnx};
+use super::tensor::{decode_initializer, dtype_from_onnx, ExternalMaps, Initializer};
 use super::{ImportError, MAX_FLOAT_CONSTANT, MAX_INT_CONSTANT, MAX_OPSET, MIN_OPSET};
 
 /// The opset imported per domain (the default domain under `""`).
@@ -44,10 +44,16 @@ pub(crate) fn norm_domain(d: &str) -> &str {
 /// Whether an initializer (or `Constant` value) becomes a weight rather than
 /// a `constant` node (the rule in the module doc).
 pub(crate) fn is_weight(t: &Tensor) -> bool {
-    if t.dtype().is_float() {
-        t.rank() >= 2 || t.len() > MAX_FLOAT_CONSTANT
+    is_weight_shape(t.dtype(), t.shape())
+}
+
+/// [`is_weight`] of a tensor of `dtype` and `shape`.
+pub(crate) fn is_weight_shape(dtype: DType, shape: &[usize]) -> bool {
+    let len: usize = shape.iter().product();
+    if dtype.is_float() {
+        shape.len() >= 2 || len > MAX_FLOAT_CONSTANT
     } else {
-        t.len() > MAX_INT_CONSTANT
+        len > MAX_INT_CONSTANT
     }
 }
 
@@ -122,7 +128,7 @@ pub(crate) struct Importer<'m> {
     /// ONNX value name to IR value.
     env: HashMap<String, ValueId>,
     /// Initializers not used yet.
-    pending: HashMap<String, Tensor>,
+    pending: HashMap<String, Initializer>,
     pub(crate) facts: HashMap<ValueId, Fact>,
     /// Every ONNX name (and every fresh name handed out), which fresh names avoid.
     reserved: HashSet<String>,
@@ -183,11 +189,12 @@ pub(crate) fn import(
     imp.reserved
         .extend(g.node.iter().flat_map(|n| n.output.iter().cloned()));
 
+    let mut maps = ExternalMaps::default();
     for t in initializers {
         if t.name.is_empty() {
             return Err(err("an initializer has no name".to_string()));
         }
-        let tensor = decode_tensor(&t, base_dir)
+        let tensor = decode_initializer(&t, base_dir, &mut maps, is_weight_shape)
             .map_err(|e| err(format!("initializer `{}`: {e}", t.name)))?;
         if imp.pending.insert(t.name.clone(), tensor).is_some() {
             return Err(err(format!("initializer `{}` is defined twice", t.name)));
@@ -294,8 +301,18 @@ impl<'m> Importer<'m> {
         if let Some(&v) = self.env.get(name) {
             return Ok(Some(v));
         }
-        let Some(t) = self.pending.remove(name) else {
-            return Ok(None);
+        let t = match self.pending.remove(name) {
+            None => return Ok(None),
+            Some(Initializer::Decoded(t)) => t,
+            Some(Initializer::Mapped { ty, map, range }) => {
+                self.module
+                    .weights
+                    .insert_mapped(name, ty.clone(), map, range);
+                let id = self.graph.weight(name, ty.clone());
+                self.facts.insert(id, Fact::new(ty));
+                self.env.insert(name.to_string(), id);
+                return Ok(Some(id));
+            }
         };
         let id = if is_weight(&t) {
             self.add_weight(name, t)

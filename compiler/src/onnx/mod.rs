@@ -14,7 +14,9 @@
 //! - **Initializers** (the rule): a float tensor (`f32`, `f16`, `bf16`) of
 //!   rank >= 2 or with more than [`MAX_FLOAT_CONSTANT`] elements becomes a
 //!   module weight named after the initializer (held in memory,
-//!   `module.weights.insert`, referenced as `@name`); so does an integer or
+//!   `module.weights.insert`, referenced as `@name`; a float weight whose
+//!   data is in an external file is mapped from that file instead, not
+//!   read); so does an integer or
 //!   bool tensor with more than [`MAX_INT_CONSTANT`] elements (quantized
 //!   matrices, large tables). Everything else — small float vectors and
 //!   scalars, and the integer tensors of the shape bookkeeping — becomes a

@@ -8,16 +8,21 @@
 //! `length` entries). External paths are resolved relative to the model's
 //! folder and must stay inside it: absolute paths and `..` components are
 //! refused, and so is a path that leaves the folder through a symbolic link.
-//! The data size must agree with the dims exactly.
+//! The data size must agree with the dims exactly. The importer maps, rather
+//! than reads, a float weight's external data ([`decode_initializer`]).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Seek, SeekFrom};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
 
 use onnx_protobuf::tensor_proto::{DataLocation, DataType};
 use onnx_protobuf::TensorProto;
 use protobuf::Enum;
-use slmcc_ir::{DType, Tensor};
+use slmcc_ir::{DType, Tensor, TensorType};
 
 /// The IR dtype of an ONNX `TensorProto.DataType` code.
 pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
@@ -109,9 +114,37 @@ pub fn decode_tensor(t: &TensorProto, base_dir: &Path) -> Result<Tensor, String>
     Tensor::from_le_bytes(dtype, shape, &bytes).map_err(|e| e.to_string())
 }
 
+/// An external tensor's data, checked: the file (opened), its path, and
+/// the byte offset of the `need` bytes in it.
+struct ExternalData {
+    file: File,
+    path: PathBuf,
+    offset: u64,
+}
+
 /// Reads the `need` bytes of an external tensor, after checking that its
 /// location stays inside `base_dir`.
 fn read_external(t: &TensorProto, base_dir: &Path, need: usize) -> Result<Vec<u8>, String> {
+    let ExternalData {
+        mut file,
+        path,
+        offset,
+    } = locate_external(t, base_dir, need)?;
+    let mut buf = vec![0u8; need];
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_exact(&mut buf))
+        .map_err(|e| {
+            format!(
+                "cannot read {need} bytes at offset {offset} of external data file `{}`: {e}",
+                path.display()
+            )
+        })?;
+    Ok(buf)
+}
+
+/// Finds an external tensor's `need` bytes, after checking that its
+/// location stays inside `base_dir` and the file holds them.
+fn locate_external(t: &TensorProto, base_dir: &Path, need: usize) -> Result<ExternalData, String> {
     let mut location = None;
     let mut offset = 0u64;
     let mut length = None;
@@ -153,7 +186,7 @@ fn read_external(t: &TensorProto, base_dir: &Path, need: usize) -> Result<Vec<u8
         }
     }
     let path = base_dir.join(rel);
-    let mut file = File::open(&path).map_err(|e| match e.kind() {
+    let file = File::open(&path).map_err(|e| match e.kind() {
         ErrorKind::NotFound => format!("external data file `{}` does not exist", path.display()),
         _ => format!("cannot open external data file `{}`: {e}", path.display()),
     })?;
@@ -176,16 +209,79 @@ fn read_external(t: &TensorProto, base_dir: &Path, need: usize) -> Result<Vec<u8
             path.display()
         ));
     }
-    let mut buf = vec![0u8; need];
-    file.seek(SeekFrom::Start(offset))
-        .and_then(|_| file.read_exact(&mut buf))
-        .map_err(|e| {
-            format!(
-                "cannot read {need} bytes at offset {offset} of external data file `{}`: {e}",
-                path.display()
-            )
-        })?;
-    Ok(buf)
+    Ok(ExternalData { file, path, offset })
+}
+
+/// Mappings of external data files, one per file, shared by the weights
+/// mapped from it.
+#[derive(Default)]
+pub(crate) struct ExternalMaps(HashMap<PathBuf, Arc<Mmap>>);
+
+/// An initializer as the importer holds it until its first use: decoded,
+/// or (a float weight in an external file) a range of that file's mapping.
+pub(crate) enum Initializer {
+    Decoded(Tensor),
+    Mapped {
+        ty: TensorType,
+        map: Arc<Mmap>,
+        range: std::ops::Range<usize>,
+    },
+}
+
+/// Decodes an initializer, except that a float tensor stored in an
+/// external file that will be a module weight (`is_weight`, given its
+/// dtype and shape) is mapped, not read: its bytes are little-endian as
+/// the IR stores them, so a compile copies them from the file to the
+/// package once, and never holds the model's weights in memory.
+pub(crate) fn decode_initializer(
+    t: &TensorProto,
+    base_dir: &Path,
+    maps: &mut ExternalMaps,
+    is_weight: impl Fn(DType, &[usize]) -> bool,
+) -> Result<Initializer, String> {
+    let external = t.data_location.enum_value() == Ok(DataLocation::EXTERNAL);
+    let dtype = dtype_from_onnx(t.data_type)?;
+    let shape: Option<Vec<usize>> = t.dims.iter().map(|&d| usize::try_from(d).ok()).collect();
+    let Some(shape) = shape.filter(|_| external && dtype.is_float() && t.segment.is_none()) else {
+        return decode_tensor(t, base_dir).map(Initializer::Decoded);
+    };
+    if !is_weight(dtype, &shape) {
+        return decode_tensor(t, base_dir).map(Initializer::Decoded);
+    }
+    let n = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n.checked_mul(8).is_some())
+        .ok_or_else(|| format!("dims {:?} are too large", t.dims))?;
+    let need = dtype.bytes_for(n);
+    if need == 0 {
+        return decode_tensor(t, base_dir).map(Initializer::Decoded);
+    }
+    let data = locate_external(t, base_dir, need)?;
+    let map = match maps.0.get(&data.path) {
+        Some(map) => map.clone(),
+        None => {
+            // SAFETY: read-only; a data file changed by another process
+            // while it is mapped is outside what we defend against (as for
+            // the model file itself).
+            let map = unsafe { Mmap::map(&data.file) }.map_err(|e| {
+                format!(
+                    "cannot map external data file `{}`: {e}",
+                    data.path.display()
+                )
+            })?;
+            let map = Arc::new(map);
+            maps.0.insert(data.path.clone(), map.clone());
+            map
+        }
+    };
+    let start = usize::try_from(data.offset).map_err(|_| "offset too large".to_string())?;
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    Ok(Initializer::Mapped {
+        ty: TensorType::fixed(dtype, &dims),
+        map,
+        range: start..start + need,
+    })
 }
 
 #[cfg(test)]
@@ -344,5 +440,39 @@ mod tests {
         assert!(e.contains("is an absolute path"), "{e}");
         let e = decode_tensor(&external("w.bin", Some(u64::MAX), None), &dir).unwrap_err();
         assert!(e.contains("too short"), "{e}");
+    }
+
+    #[test]
+    fn external_weights_are_mapped_not_read() {
+        let dir = std::env::temp_dir().join(format!("slmcc-onnx-map-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = vec![0xffu8; 4];
+        bytes.extend([1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()));
+        std::fs::write(dir.join("w.bin"), &bytes).unwrap();
+        let mut maps = ExternalMaps::default();
+        let t = external("w.bin", Some(4), Some(8));
+        // A weight: mapped at its range, the file mapped once.
+        let Initializer::Mapped { ty, map, range } =
+            decode_initializer(&t, &dir, &mut maps, |_, _| true).unwrap()
+        else {
+            panic!("a weight in an external file is mapped");
+        };
+        assert_eq!(ty.to_string(), "f32[2]");
+        assert_eq!(&map[range], &bytes[4..]);
+        let again = decode_initializer(&t, &dir, &mut maps, |_, _| true).unwrap();
+        assert!(matches!(again, Initializer::Mapped { map: m, .. } if Arc::ptr_eq(&m, &map)));
+        // Not a weight (a constant): decoded. The checks still apply.
+        let Initializer::Decoded(d) =
+            decode_initializer(&t, &dir, &mut maps, |_, _| false).unwrap()
+        else {
+            panic!("a constant is decoded");
+        };
+        assert_eq!(d.as_f32().unwrap(), &[1.0, 2.0]);
+        let bad = external("w.bin", Some(8), None);
+        let e = decode_initializer(&bad, &dir, &mut maps, |_, _| true)
+            .err()
+            .unwrap();
+        assert!(e.contains("too short for 8 bytes at offset 8"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use slmcc_ir::ops::qlayout::{QLayout, STRIP_COLUMNS};
 use slmcc_ir::placement::{place, Device};
-use slmcc_ir::{Graph, Module, Op, Tensor, ValueDef};
+use slmcc_ir::{Graph, Module, Op, Tensor, TensorData, ValueDef};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
@@ -152,10 +152,22 @@ impl Pass for PackWeights {
                 .map_err(|e| failed("pack-weights", e.to_string()))?
                 .ok_or_else(|| failed("pack-weights", format!("weight @{name} has no data")))?;
             let (dtype, shape) = (tensor.dtype(), tensor.shape().to_vec());
-            let values = QLayout::Strips16.pack(dtype, shape[0], shape[1], &tensor.to_i64_vec());
-            module
-                .weights
-                .insert(name.clone(), Tensor::from_i64(shape, values).cast(dtype));
+            let (k, n) = (shape[0], shape[1]);
+            // The values are permuted in their own element type (i4 is one
+            // i8 per element in memory), not through a wider copy.
+            let data = match tensor.data() {
+                TensorData::I8(v) => TensorData::I8(QLayout::Strips16.pack(dtype, k, n, v)),
+                TensorData::I4(v) => TensorData::I4(QLayout::Strips16.pack(dtype, k, n, v)),
+                _ => {
+                    return Err(failed(
+                        "pack-weights",
+                        format!("weight @{name} is {dtype}, not i8 or i4"),
+                    ))
+                }
+            };
+            drop(tensor);
+            let packed = Tensor::new(shape, data).expect("a permutation keeps the size");
+            module.weights.insert(name.clone(), packed);
         }
         for &(gi, ni) in candidates.keys() {
             match &mut module.graphs[gi].nodes[ni].op {

@@ -168,23 +168,46 @@ fn associated(index: u64, total: u64) -> [u8; 32] {
 /// may be empty); returns the manifest's record.
 pub fn encrypt_in_place(key: &WeightKey, blob: &mut [u8], npu_weights: &[u8]) -> Encryption {
     let total = blob.len() as u64;
-    let chunks: Vec<Mutex<&mut [u8]>> = blob.chunks_mut(CHUNK_BYTES).map(Mutex::new).collect();
+    let sealed = encrypt_chunks(key, blob, 0, total);
+    record(key, &sealed, npu_weights)
+}
+
+/// A chunk's nonce and tag.
+pub type SealedChunk = ([u8; NONCE_BYTES], [u8; TAG_BYTES]);
+
+/// Encrypts `part` in place: the chunks from index `first` on of a blob of
+/// `total` bytes (`part` starts at a chunk boundary, and only the blob's
+/// last chunk may be short). Returns each chunk's nonce and tag, in order.
+pub fn encrypt_chunks(
+    key: &WeightKey,
+    part: &mut [u8],
+    first: u64,
+    total: u64,
+) -> Vec<SealedChunk> {
+    let chunks: Vec<Mutex<&mut [u8]>> = part.chunks_mut(CHUNK_BYTES).map(Mutex::new).collect();
     let sealed = Mutex::new(vec![([0u8; NONCE_BYTES], [0u8; TAG_BYTES]); chunks.len()]);
     let cipher = key.cipher();
     for_each_section(chunks.len(), |i| {
         let mut chunk = chunks[i].lock().expect("no panic holding it");
-        let nonce = key.nonce(i as u64, &chunk);
+        let index = first + i as u64;
+        let nonce = key.nonce(index, &chunk);
         let tag = cipher
             .encrypt_in_place_detached(
                 Nonce::from_slice(&nonce),
-                &associated(i as u64, total),
+                &associated(index, total),
                 &mut chunk,
             )
             .expect("a chunk is far below GCM's length limit");
         sealed.lock().expect("no panic holding it")[i] = (nonce, tag.into());
         true
     });
-    let sealed = sealed.into_inner().expect("no panic holding it");
+    sealed.into_inner().expect("no panic holding it")
+}
+
+/// The manifest's record of a blob whose chunks were sealed as `sealed`
+/// ([`encrypt_chunks`]), with `npu_weights` (encoded; may be empty)
+/// sealed into it.
+pub fn record(key: &WeightKey, sealed: &[SealedChunk], npu_weights: &[u8]) -> Encryption {
     Encryption {
         scheme: SCHEME.to_string(),
         chunk_bytes: CHUNK_BYTES as u64,

@@ -56,6 +56,7 @@ pub mod encryption;
 pub mod manifest;
 pub mod sections;
 pub mod signature;
+pub mod stream;
 
 use std::fmt;
 use std::io::Write;
@@ -193,19 +194,48 @@ pub fn encode_signed_to(
         }
     };
     let table = manifest.weight_sections.as_ref().expect("sealed above");
-    let top = sections::top_digest(table);
-    let m = manifest.encode_to_vec();
-    let woff = align_up(HEADER_BYTES + m.len(), WEIGHTS_ALIGN);
+    let front = front_matter(
+        &manifest.encode_to_vec(),
+        weights.len(),
+        &sections::top_digest(table),
+        signer,
+    );
+    w.write_all(&front.head)?;
+    w.write_all(weights)?;
+    if let Some(t) = &front.trailer {
+        w.write_all(t)?;
+    }
+    Ok(front.head.len() + weights.len() + front.trailer.as_ref().map_or(0, |t| t.len()))
+}
+
+/// What surrounds a package's weights: the header and the manifest, padded
+/// to where the weights start, and the signature trailer after them.
+pub(crate) struct FrontMatter {
+    /// Header, manifest and padding: the weights start at `head.len()`.
+    pub head: Vec<u8>,
+    pub trailer: Option<[u8; signature::TRAILER_BYTES]>,
+}
+
+/// The [`FrontMatter`] of a package whose encoded manifest is `m` and whose
+/// weights of `weights_len` bytes have the integrity table's top digest
+/// `top`, signed by `signer` when one is given.
+pub(crate) fn front_matter(
+    m: &[u8],
+    weights_len: usize,
+    top: &[u8; 32],
+    signer: Option<&ed25519_dalek::SigningKey>,
+) -> FrontMatter {
+    let woff = weights_offset(m.len());
     let mut head = Vec::with_capacity(woff);
     head.extend_from_slice(&MAGIC);
     head.push(0);
     head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     head.extend_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
-    for n in [HEADER_BYTES, m.len(), woff, weights.len()] {
+    for n in [HEADER_BYTES, m.len(), woff, weights_len] {
         head.extend_from_slice(&(n as u64).to_le_bytes());
     }
-    head.extend_from_slice(&sha256(&m));
-    head.extend_from_slice(&top);
+    head.extend_from_slice(&sha256(m));
+    head.extend_from_slice(top);
     let trailer_len = if signer.is_some() {
         signature::TRAILER_BYTES
     } else {
@@ -214,14 +244,14 @@ pub fn encode_signed_to(
     head.extend_from_slice(&(trailer_len as u32).to_le_bytes());
     head.resize(HEADER_BYTES, 0);
     let trailer = signer.map(|key| signature::trailer(&head, key));
-    head.extend_from_slice(&m);
+    head.extend_from_slice(m);
     head.resize(woff, 0);
-    w.write_all(&head)?;
-    w.write_all(weights)?;
-    if let Some(t) = &trailer {
-        w.write_all(t)?;
-    }
-    Ok(woff + weights.len() + trailer_len)
+    FrontMatter { head, trailer }
+}
+
+/// Where the weights start after a manifest of `manifest_len` bytes.
+pub(crate) fn weights_offset(manifest_len: usize) -> usize {
+    align_up(HEADER_BYTES + manifest_len, WEIGHTS_ALIGN)
 }
 
 /// The SHA-256 of a file's contents, read in chunks.

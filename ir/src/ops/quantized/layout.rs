@@ -183,6 +183,28 @@ impl QLayout {
     /// Row-major `[rows, cols]` values into this layout's order.
     pub fn pack<T: Copy>(self, dtype: DType, rows: usize, cols: usize, values: &[T]) -> Vec<T> {
         let mut out = values.to_vec();
+        if let QLayout::Rk3588 { k_block } = self {
+            // `index` split into a row part, a column part and their
+            // product, so the loop does no division (this stores every
+            // weight of an rk3588 package).
+            let kb = k_block as usize;
+            let (col, width): (Vec<usize>, Vec<usize>) = (0..cols)
+                .map(|n| {
+                    let start = n / NPU_KERNEL_BLOCK * NPU_KERNEL_BLOCK;
+                    let width = NPU_KERNEL_BLOCK.min(cols - start);
+                    (start * kb + (n - start) * NPU_CHANNEL_BLOCK, width)
+                })
+                .unzip();
+            for (k, row) in values.chunks_exact(cols.max(1)).take(rows).enumerate() {
+                let kk = k % kb;
+                let base = (k / kb) * kb * cols + kk % NPU_CHANNEL_BLOCK;
+                let step = kk / NPU_CHANNEL_BLOCK * NPU_CHANNEL_BLOCK;
+                for ((&v, &c), &w) in row.iter().zip(&col).zip(&width) {
+                    out[base + c + step * w] = v;
+                }
+            }
+            return out;
+        }
         for k in 0..rows {
             for n in 0..cols {
                 out[self.index(dtype, rows, cols, k, n)] = values[k * cols + n];
@@ -215,6 +237,27 @@ impl QLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rk3588_pack_follows_index() {
+        // K blocks of 32 and 64; N with and without a partial kernel block.
+        for (k, n, kb) in [(64, 64, 32), (128, 48, 64), (64, 80, 64), (32, 16, 32)] {
+            let layout = QLayout::Rk3588 { k_block: kb };
+            let values: Vec<u32> = (0..(k * n) as u32).collect();
+            let packed = layout.pack(DType::I8, k, n, &values);
+            for kk in 0..k {
+                for nn in 0..n {
+                    let at = layout.index(DType::I8, k, n, kk, nn);
+                    assert_eq!(
+                        packed[at],
+                        values[kk * n + nn],
+                        "[{kk}, {nn}] of {k}x{n}/{kb}"
+                    );
+                }
+            }
+            assert_eq!(layout.row_major(DType::I8, k, n, &packed), values);
+        }
+    }
 
     #[test]
     fn strips16_is_a_permutation_and_round_trips() {

@@ -93,7 +93,7 @@ impl Gptq<'_> {
                 }
             }
         }
-        pack(levels.dtype, (k, n), &q, scale)
+        pack(levels.dtype, (k, n), q, scale)
     }
 }
 

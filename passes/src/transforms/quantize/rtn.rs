@@ -3,7 +3,7 @@
 //! layer's calibration statistics, produces the same `qmatmul` operands.
 
 use slmcc_ir::ops::qmatmul::MAX_GROUP;
-use slmcc_ir::{DType, Tensor};
+use slmcc_ir::{DType, Tensor, TensorData};
 
 /// The form of a quantized weight: bits per element and the rows of `K`
 /// sharing one scale per output column.
@@ -81,29 +81,100 @@ impl WeightQuantizer for Rtn {
         let ((k, n), data, levels) = checked(w, scheme)?;
         let g = scheme.group;
         let groups = k / g;
-        // Row-major passes (cache-friendly for wide weights): per group the
-        // column maxima, then the scales, then each row.
-        let mut scale = vec![0f32; groups * n];
-        let mut q = vec![0i8; k * n];
-        for gi in 0..groups {
-            let s = &mut scale[gi * n..(gi + 1) * n];
-            for r in gi * g..(gi + 1) * g {
-                for (m, v) in s.iter_mut().zip(&data[r * n..(r + 1) * n]) {
+        // Row-major passes (cache-friendly for wide weights), over blocks of
+        // rows on all cores: per group the column maxima (each block's
+        // partial maxima, merged: the same maxima in any order), then the
+        // scales, then each row. The result does not depend on the blocks.
+        let partial = for_row_blocks(k, |rows| {
+            let mut m = vec![0f32; groups * n];
+            for r in rows {
+                let gi = r / g;
+                for (m, v) in m[gi * n..(gi + 1) * n]
+                    .iter_mut()
+                    .zip(&data[r * n..(r + 1) * n])
+                {
                     *m = m.max(v.abs());
                 }
             }
-            for m in s.iter_mut() {
-                *m = levels.scale(*m);
+            m
+        });
+        let mut scale = vec![0f32; groups * n];
+        for m in partial {
+            for (s, v) in scale.iter_mut().zip(m) {
+                *s = s.max(v);
             }
-            for r in gi * g..(gi + 1) * g {
-                let row = (&data[r * n..(r + 1) * n], &mut q[r * n..(r + 1) * n]);
-                for ((d, &v), &s) in row.1.iter_mut().zip(row.0).zip(s.iter()) {
+        }
+        for m in scale.iter_mut() {
+            *m = levels.scale(*m);
+        }
+        let mut q = vec![0i8; k * n];
+        for_row_blocks_mut(&mut q, n, |rows, out| {
+            for (r, dst) in rows.zip(out.chunks_exact_mut(n)) {
+                let s = &scale[(r / g) * n..(r / g + 1) * n];
+                for ((d, &v), &s) in dst.iter_mut().zip(&data[r * n..(r + 1) * n]).zip(s) {
                     *d = levels.round(v, s);
                 }
             }
-        }
-        pack(levels.dtype, (k, n), &q, scale)
+        });
+        pack(levels.dtype, (k, n), q, scale)
     }
+}
+
+/// The threads to use for a weight of `rows` rows: the cores, at most one
+/// per 64 rows (a small weight is not worth a thread).
+fn threads_for(rows: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(rows.div_ceil(64))
+        .max(1)
+}
+
+/// `f` over contiguous blocks of `0..rows`, one per thread; the results in
+/// block order.
+pub(super) fn for_row_blocks<T: Send>(
+    rows: usize,
+    f: impl Fn(std::ops::Range<usize>) -> T + Sync,
+) -> Vec<T> {
+    let threads = threads_for(rows);
+    let per = rows.div_ceil(threads).max(1);
+    let blocks: Vec<std::ops::Range<usize>> = (0..rows)
+        .step_by(per)
+        .map(|a| a..(a + per).min(rows))
+        .collect();
+    if blocks.len() <= 1 {
+        return blocks.into_iter().map(&f).collect();
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = blocks
+            .into_iter()
+            .map(|b| {
+                let f = &f;
+                s.spawn(move || f(b))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a quantizer thread panicked"))
+            .collect()
+    })
+}
+
+/// `f(rows, out_rows)` over contiguous blocks of the rows of `out` (rows of
+/// `n` values), one per thread.
+fn for_row_blocks_mut<T: Send>(
+    out: &mut [T],
+    n: usize,
+    f: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
+) {
+    let rows = out.len() / n.max(1);
+    let per = rows.div_ceil(threads_for(rows)).max(1);
+    std::thread::scope(|s| {
+        for (i, chunk) in out.chunks_mut(per * n.max(1)).enumerate() {
+            let f = &f;
+            let first = i * per;
+            s.spawn(move || f(first..first + chunk.len() / n.max(1), chunk));
+        }
+    });
 }
 
 /// A weight checked for quantizing: its `[K, N]` shape, its values and
@@ -124,7 +195,12 @@ pub(super) fn checked(w: &Tensor, scheme: Scheme) -> Result<Checked<'_>, String>
         return Err(format!("K = {k} is not a multiple of group = {g}"));
     }
     let levels = Levels::of(scheme.bits)?;
-    if data.iter().any(|v| !v.is_finite()) {
+    let finite = for_row_blocks(k, |rows| {
+        data[rows.start * n..rows.end * n]
+            .iter()
+            .all(|v| v.is_finite())
+    });
+    if finite.contains(&false) {
         return Err("weight has non-finite values".to_string());
     }
     Ok(((k, n), data, levels))
@@ -167,23 +243,21 @@ impl Levels {
 }
 
 /// `qmatmul`'s operands from row-major `[K, N]` values `q` (in range for
-/// `dtype`; `i4` packed two per byte, low nibble first) and the
-/// `[K / group, N]` scales.
+/// `dtype`, `i8` or `i4`, which the IR holds one value per `i8` alike) and
+/// the `[K / group, N]` scales.
 pub(super) fn pack(
     dtype: DType,
     (k, n): (usize, usize),
-    q: &[i8],
+    q: Vec<i8>,
     scale: Vec<f32>,
 ) -> Result<QuantizedWeight, String> {
-    let bytes: Vec<u8> = match dtype {
-        DType::I4 => q
-            .chunks(2)
-            .map(|p| (p[0] as u8 & 0x0f) | p.get(1).map_or(0, |&h| (h as u8 & 0x0f) << 4))
-            .collect(),
-        _ => q.iter().map(|&v| v as u8).collect(),
-    };
     let groups = scale.len() / n.max(1);
-    let q = Tensor::from_le_bytes(dtype, vec![k, n], &bytes).map_err(|e| e.to_string())?;
+    let data = match dtype {
+        DType::I4 => TensorData::I4(q),
+        DType::I8 => TensorData::I8(q),
+        other => return Err(format!("{other} is not a quantized weight type")),
+    };
+    let q = Tensor::new(vec![k, n], data).map_err(|e| e.to_string())?;
     Ok(QuantizedWeight {
         q,
         scale: Tensor::from_f32(vec![groups, n], scale),
