@@ -441,6 +441,7 @@ pub fn merge(
                 )));
             }
             let planned = plan.entry(layer.weight.as_str()).or_insert(Planned {
+                adapter: &adapter.dir,
                 layout: layer.layout,
                 base: None,
                 deltas: Vec::new(),
@@ -459,14 +460,15 @@ pub fn merge(
     }
     let mut summary = MergeSummary::default();
     for (name, planned) in plan {
+        let fail = |reason: String| LoraError {
+            path: planned.adapter.to_path_buf(),
+            reason: format!("the model's weight `{name}`: {reason}"),
+        };
         let old = module
             .weights
             .tensor(name)
-            .map_err(|e| LoraError {
-                path: PathBuf::from(name),
-                reason: e.to_string(),
-            })?
-            .expect("imported weights hold their data");
+            .map_err(|e| fail(e.to_string()))?
+            .ok_or_else(|| fail("has no data".to_string()))?;
         let mut w = old.to_f32_vec();
         if let Some(base) = planned.base {
             let [out, inp] = [planned.deltas[0].0.outputs, planned.deltas[0].0.inputs];
@@ -496,6 +498,8 @@ pub fn merge(
 /// What is done to one weight: its layout, the base weight an adapter
 /// replaces it with (`[out, in]`), and the products added to it.
 struct Planned<'a> {
+    /// The first adapter that changes it (for messages).
+    adapter: &'a Path,
     layout: WeightLayout,
     base: Option<&'a [f32]>,
     deltas: Vec<(&'a Factors, f32)>,
