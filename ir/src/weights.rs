@@ -49,6 +49,10 @@ enum Data {
         /// The mapping is of a file (not anonymous memory), so its pages
         /// may be dropped and read again.
         of_file: bool,
+        /// The file is not the store's own weights file (`file`) but
+        /// another (an ONNX model's external data): saving the module must
+        /// write the weight, as for one held in memory.
+        foreign: bool,
     },
     Owned(Arc<Tensor>),
 }
@@ -150,13 +154,17 @@ impl WeightStore {
     }
 
     /// Whether some weight is held in memory (added by a pass with
-    /// [`WeightStore::insert`]) rather than mapped from the weights file:
+    /// [`WeightStore::insert`]) or mapped from another file
+    /// ([`WeightStore::insert_mapped`]) rather than from the weights file:
     /// the file alone no longer holds the module's weights, so whoever
     /// writes the module must [`WeightStore::save`] a new one.
     pub fn has_held(&self) -> bool {
-        self.decls
-            .values()
-            .any(|w| matches!(w.data, Some(Data::Owned(_))))
+        self.decls.values().any(|w| {
+            matches!(
+                w.data,
+                Some(Data::Owned(_)) | Some(Data::Mapped { foreign: true, .. })
+            )
+        })
     }
 
     pub fn get(&self, name: &str) -> Option<&Weight> {
@@ -213,6 +221,7 @@ impl WeightStore {
                 start,
                 end,
                 of_file,
+                ..
             }) => {
                 let t = Tensor::from_le_bytes(w.ty.dtype, shape, &map[*start..*end])
                     .map_err(|e| err(e.to_string()))?;
@@ -256,6 +265,7 @@ impl WeightStore {
                 start: entry.start,
                 end: entry.end,
                 of_file: file.of_file,
+                foreign: false,
             });
         }
         Ok(())
@@ -274,6 +284,7 @@ impl WeightStore {
                     start: e.start,
                     end: e.end,
                     of_file: file.of_file,
+                    foreign: false,
                 });
                 (name, Weight { ty: e.ty, data })
             })
@@ -437,6 +448,7 @@ impl WeightStore {
                     start,
                     end,
                     of_file,
+                    ..
                 } => {
                     w.write_all(&map[*start..*end])?;
                     if release && *of_file {
@@ -488,6 +500,7 @@ impl WeightStore {
                     start: range.start,
                     end: range.end,
                     of_file: true,
+                    foreign: true,
                 }),
             },
         );
@@ -671,6 +684,46 @@ mod tests {
             vec![-8, 7, 1]
         );
         assert_eq!(back.bytes("w").unwrap().len(), 16);
+    }
+
+    #[test]
+    fn weights_mapped_from_another_file_stream_and_count_as_held() {
+        // A raw file of two f32s after 4 bytes, as an ONNX external-data
+        // file holds a weight.
+        let path = tmpdir("foreign").join("w.bin");
+        let mut bytes = vec![0u8; 4];
+        bytes.extend([1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()));
+        fs::write(&path, &bytes).unwrap();
+        let map = Arc::new(unsafe { Mmap::map(&fs::File::open(&path).unwrap()) }.unwrap());
+        let mut s = WeightStore::new();
+        s.insert_mapped("m", TensorType::fixed(DType::F32, &[2]), map, 4..12);
+        assert!(
+            s.has_held(),
+            "not in the store's own file: saving must write it"
+        );
+        assert_eq!(
+            s.tensor("m").unwrap().unwrap().as_f32().unwrap(),
+            &[1.5, -2.0]
+        );
+        s.insert("o", Tensor::from_f32(vec![1], vec![3.0]));
+        for pad in [false, true] {
+            let layout = s.safetensors_layout(64, pad).unwrap();
+            let mut streamed = Vec::new();
+            s.write_safetensors_to(&layout, &mut streamed, true)
+                .unwrap();
+            let whole = if pad {
+                s.to_safetensors_region(64).unwrap()
+            } else {
+                s.to_safetensors(64).unwrap()
+            };
+            assert_eq!(streamed, whole);
+            assert_eq!(layout.len, whole.len());
+        }
+        // Released pages read back from the file.
+        assert_eq!(
+            s.tensor("m").unwrap().unwrap().as_f32().unwrap(),
+            &[1.5, -2.0]
+        );
     }
 
     #[test]
