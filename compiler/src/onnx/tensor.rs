@@ -44,9 +44,16 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
     })
 }
 
-/// Decodes a `TensorProto`; `base_dir` is the folder external data is
-/// resolved against. Errors do not name the tensor (callers do).
-pub fn decode_tensor(t: &TensorProto, base_dir: &Path) -> Result<Tensor, String> {
+/// What a `TensorProto` declares, checked: its dtype, its shape, its
+/// element count and the bytes its data must have.
+struct Extent {
+    dtype: DType,
+    shape: Vec<usize>,
+    n: usize,
+    need: usize,
+}
+
+fn extent(t: &TensorProto) -> Result<Extent, String> {
     let dtype = dtype_from_onnx(t.data_type)?;
     if t.segment.is_some() {
         return Err("segmented tensors are not supported".to_string());
@@ -61,7 +68,24 @@ pub fn decode_tensor(t: &TensorProto, base_dir: &Path) -> Result<Tensor, String>
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .filter(|&n| n.checked_mul(8).is_some())
         .ok_or_else(|| format!("dims {dims:?} are too large"))?;
-    let need = dtype.bytes_for(n);
+    Ok(Extent {
+        dtype,
+        need: dtype.bytes_for(n),
+        n,
+        shape,
+    })
+}
+
+/// Decodes a `TensorProto`; `base_dir` is the folder external data is
+/// resolved against. Errors do not name the tensor (callers do).
+pub fn decode_tensor(t: &TensorProto, base_dir: &Path) -> Result<Tensor, String> {
+    let Extent {
+        dtype,
+        shape,
+        n,
+        need,
+    } = extent(t)?;
+    let dims = &t.dims;
     let size_err = |what: &str, have: usize| {
         format!("{what} has {have} bytes, but dims {dims:?} of {dtype} need {need}")
     };
@@ -239,22 +263,11 @@ pub(crate) fn decode_initializer(
     maps: &mut ExternalMaps,
     is_weight: impl Fn(DType, &[usize]) -> bool,
 ) -> Result<Initializer, String> {
+    let Extent {
+        dtype, shape, need, ..
+    } = extent(t)?;
     let external = t.data_location.enum_value() == Ok(DataLocation::EXTERNAL);
-    let dtype = dtype_from_onnx(t.data_type)?;
-    let shape: Option<Vec<usize>> = t.dims.iter().map(|&d| usize::try_from(d).ok()).collect();
-    let Some(shape) = shape.filter(|_| external && dtype.is_float() && t.segment.is_none()) else {
-        return decode_tensor(t, base_dir).map(Initializer::Decoded);
-    };
-    if !is_weight(dtype, &shape) {
-        return decode_tensor(t, base_dir).map(Initializer::Decoded);
-    }
-    let n = shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .filter(|&n| n.checked_mul(8).is_some())
-        .ok_or_else(|| format!("dims {:?} are too large", t.dims))?;
-    let need = dtype.bytes_for(n);
-    if need == 0 {
+    if !(external && dtype.is_float() && need > 0 && is_weight(dtype, &shape)) {
         return decode_tensor(t, base_dir).map(Initializer::Decoded);
     }
     let data = locate_external(t, base_dir, need)?;
