@@ -228,7 +228,7 @@ impl WeightStore {
                 // The tensor is a copy: a pass reading every weight of a
                 // mapped model must not keep the file's pages resident too.
                 if *of_file {
-                    release(map, *start..*end);
+                    release_pages(map, *start..*end);
                 }
                 Ok(Some(Arc::new(t)))
             }
@@ -452,7 +452,7 @@ impl WeightStore {
                 } => {
                     w.write_all(&map[*start..*end])?;
                     if release && *of_file {
-                        self::release(map, *start..*end);
+                        release_pages(map, *start..*end);
                     }
                     end - start
                 }
@@ -523,8 +523,9 @@ impl WeightStore {
 
 /// Drops the pages of `range` of `map`, a read-only mapping of a file, from
 /// the process (`MADV_DONTNEED`): they stay in the page cache and are read
-/// again if touched, so this only bounds the resident set.
-fn release(map: &Mmap, range: std::ops::Range<usize>) {
+/// again if touched, so this only bounds the resident set. (Not for
+/// anonymous memory, whose dropped pages read back as zeros.)
+pub fn release_pages(map: &Mmap, range: std::ops::Range<usize>) {
     // SAFETY: for a read-only file mapping, dropped pages are read again
     // from the file when next touched; the callers hold no reference into
     // them across this call.

@@ -543,17 +543,10 @@ impl Package {
         let mut plain = memmap2::MmapMut::map_anon(range.len().max(1))
             .map_err(|err| fail(format!("cannot map {} bytes: {err}", range.len())))?;
         let map = &self.map;
+        // The package's mapping is of its file; nothing refers to a
+        // chunk's pages once it is copied out.
         let release = |r: Range<usize>| {
-            // SAFETY: a read-only mapping of the file: dropped pages are
-            // read again from the file if touched (nothing refers to their
-            // contents across this call: the chunk was copied out).
-            let _ = unsafe {
-                map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    range.start + r.start,
-                    r.len(),
-                )
-            };
+            slmcc_ir::weights::release_pages(map, range.start + r.start..range.start + r.end)
         };
         // The verification at open read every page: let them go first.
         release(0..range.len());
