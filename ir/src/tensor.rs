@@ -347,17 +347,25 @@ impl Tensor {
 
     /// Little-endian bytes; 4-bit types packed two per byte, low nibble first.
     pub fn to_le_bytes(&self) -> Vec<u8> {
+        self.le_bytes().into_owned()
+    }
+
+    /// [`Tensor::to_le_bytes`], borrowed where the values already are those
+    /// bytes in memory (every byte-sized or wider number type on a
+    /// little-endian host), so that writing a large tensor does not copy it.
+    pub fn le_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        use std::borrow::Cow;
         match &self.data {
-            TensorData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorData::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorData::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorData::I8(v) => v.iter().map(|&x| x as u8).collect(),
-            TensorData::U8(v) => v.clone(),
-            TensorData::I4(v) => pack_nibbles(v.iter().map(|&x| x as u8)),
-            TensorData::U4(v) => pack_nibbles(v.iter().copied()),
-            TensorData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+            TensorData::F32(v) => le_view(v, |x| x.to_le_bytes()),
+            TensorData::F16(v) => le_view(v, |x| x.to_le_bytes()),
+            TensorData::BF16(v) => le_view(v, |x| x.to_le_bytes()),
+            TensorData::I64(v) => le_view(v, |x| x.to_le_bytes()),
+            TensorData::I32(v) => le_view(v, |x| x.to_le_bytes()),
+            TensorData::I8(v) => le_view(v, |x| x.to_le_bytes()),
+            TensorData::U8(v) => Cow::Borrowed(v),
+            TensorData::I4(v) => Cow::Owned(pack_nibbles(v.iter().map(|&x| x as u8))),
+            TensorData::U4(v) => Cow::Owned(pack_nibbles(v.iter().copied())),
+            TensorData::Bool(v) => Cow::Owned(v.iter().map(|&x| x as u8).collect()),
         }
     }
 
@@ -375,18 +383,13 @@ impl Tensor {
                 actual: bytes.len(),
             });
         }
-        fn chunks<const N: usize, T>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
-            b.chunks_exact(N)
-                .map(|c| f(c.try_into().expect("chunks_exact yields N bytes")))
-                .collect()
-        }
         let data = match dtype {
-            DType::F32 => TensorData::F32(chunks(bytes, f32::from_le_bytes)),
-            DType::F16 => TensorData::F16(chunks(bytes, f16::from_le_bytes)),
-            DType::BF16 => TensorData::BF16(chunks(bytes, bf16::from_le_bytes)),
-            DType::I64 => TensorData::I64(chunks(bytes, i64::from_le_bytes)),
-            DType::I32 => TensorData::I32(chunks(bytes, i32::from_le_bytes)),
-            DType::I8 => TensorData::I8(bytes.iter().map(|&b| b as i8).collect()),
+            DType::F32 => TensorData::F32(from_le(bytes, f32::from_le_bytes)),
+            DType::F16 => TensorData::F16(from_le(bytes, f16::from_le_bytes)),
+            DType::BF16 => TensorData::BF16(from_le(bytes, bf16::from_le_bytes)),
+            DType::I64 => TensorData::I64(from_le(bytes, i64::from_le_bytes)),
+            DType::I32 => TensorData::I32(from_le(bytes, i32::from_le_bytes)),
+            DType::I8 => TensorData::I8(from_le(bytes, i8::from_le_bytes)),
             DType::U8 => TensorData::U8(bytes.to_vec()),
             DType::I4 => TensorData::I4(
                 unpack_nibbles(bytes, n)
@@ -397,6 +400,61 @@ impl Tensor {
             DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
         };
         Tensor::new(shape, data)
+    }
+}
+
+/// A plain number type: every bit pattern of its size is a value, and its
+/// little-endian bytes are its memory on a little-endian host.
+///
+/// # Safety
+/// Implement only for types with no padding and no invalid bit patterns.
+unsafe trait Plain: Copy {}
+// SAFETY: integers and IEEE floats (`half`'s are `repr(transparent)` u16s).
+unsafe impl Plain for f32 {}
+unsafe impl Plain for f16 {}
+unsafe impl Plain for bf16 {}
+unsafe impl Plain for i64 {}
+unsafe impl Plain for i32 {}
+unsafe impl Plain for i8 {}
+
+/// The little-endian bytes of `v`: its memory on a little-endian host,
+/// else each value's `le` bytes.
+fn le_view<T: Plain, const N: usize>(
+    v: &[T],
+    le: impl Fn(T) -> [u8; N],
+) -> std::borrow::Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        // SAFETY: `T: Plain` has no padding, so its `size_of_val(v)` bytes
+        // are initialized; the borrow keeps `v` alive.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v))
+        };
+        std::borrow::Cow::Borrowed(bytes)
+    } else {
+        std::borrow::Cow::Owned(v.iter().flat_map(|&x| le(x)).collect())
+    }
+}
+
+/// The values whose little-endian bytes `bytes` holds (its length a
+/// multiple of `N`): one copy on a little-endian host, else each value
+/// decoded by `from`.
+fn from_le<T: Plain, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+    debug_assert_eq!(std::mem::size_of::<T>(), N);
+    let n = bytes.len() / N;
+    if cfg!(target_endian = "little") {
+        let mut v = Vec::<T>::with_capacity(n);
+        // SAFETY: the vector has room for `n` values, that is `n * N`
+        // bytes; any bytes make a `T: Plain`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), n * N);
+            v.set_len(n);
+        }
+        v
+    } else {
+        bytes
+            .chunks_exact(N)
+            .map(|c| from(c.try_into().expect("chunks_exact yields N bytes")))
+            .collect()
     }
 }
 

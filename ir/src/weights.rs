@@ -88,6 +88,10 @@ pub struct LayoutPiece {
     pub pad: usize,
 }
 
+/// [`WeightStore::write_safetensors_to`] writes a mapped weight, and lets
+/// its pages go, this many bytes at a time.
+const WRITE_PIECE_BYTES: usize = 16 << 20;
+
 /// One declared weight.
 #[derive(Clone, Debug)]
 pub struct Weight {
@@ -233,6 +237,115 @@ impl WeightStore {
                 Ok(Some(Arc::new(t)))
             }
         }
+    }
+
+    /// Calls `f` with the weight's shape and its values as `f32`, half
+    /// precision widened exactly, and returns what `f` returns; `Ok(None)`
+    /// when the weight is declared but its data is not loaded. An `f32`
+    /// weight mapped from a file (aligned, on a little-endian host) is read
+    /// in place, not copied, and its pages are let go after: quantizing a
+    /// mapped model touches no memory for its float weights.
+    pub fn with_f32<R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&[usize], &[f32]) -> R,
+    ) -> Result<Option<R>, WeightError> {
+        if let Some(Weight {
+            ty,
+            data:
+                Some(Data::Mapped {
+                    map,
+                    start,
+                    end,
+                    of_file,
+                    ..
+                }),
+        }) = self.decls.get(name)
+        {
+            let bytes = &map[*start..*end];
+            // SAFETY: f32 has no invalid bit patterns; `align_to` gives the
+            // aligned middle, used only when it is the whole range.
+            let (head, values, tail) = unsafe { bytes.align_to::<f32>() };
+            if let (DType::F32, Some(shape), true, true, true) = (
+                ty.dtype,
+                ty.shape.as_fixed(),
+                cfg!(target_endian = "little"),
+                head.is_empty(),
+                tail.is_empty(),
+            ) {
+                if values.len() == shape.iter().product::<usize>() {
+                    let r = f(&shape, values);
+                    if *of_file {
+                        release_pages(map, *start..*end);
+                    }
+                    return Ok(Some(r));
+                }
+            }
+        }
+        let Some(t) = self.tensor(name)? else {
+            return Ok(None);
+        };
+        let t = match t.dtype() {
+            DType::F32 => t,
+            d if d.is_float() => Arc::new(t.cast(DType::F32)),
+            d => {
+                return Err(WeightError::Weight {
+                    name: name.to_string(),
+                    reason: format!("is {d}, not a float type"),
+                })
+            }
+        };
+        let values = t.as_f32().expect("an f32 tensor");
+        Ok(Some(f(t.shape(), values)))
+    }
+
+    /// Runs `f` on every job on all cores, in any order, and returns its
+    /// results in the jobs' order. A job's result may carry a weight to add
+    /// (or replace): it is inserted as soon as it comes, and each job is
+    /// dropped once done, so a job that holds the weight it replaces
+    /// ([`WeightStore::tensor`]) lets it go then: only the weights in
+    /// flight are held twice, not all of them. The first error stops the
+    /// remaining jobs and is returned.
+    pub fn replace_in_parallel<J: Send, R: Send, E: Send>(
+        &mut self,
+        jobs: Vec<J>,
+        f: impl Fn(J) -> Result<(R, Option<(String, Tensor)>), E> + Sync,
+    ) -> Result<Vec<R>, E> {
+        let count = jobs.len();
+        let jobs = std::sync::Mutex::new(jobs.into_iter().enumerate());
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |t| t.get())
+            .min(count)
+            .max(1);
+        let (send, done) = std::sync::mpsc::sync_channel(threads);
+        let mut results: Vec<Option<R>> = (0..count).map(|_| None).collect();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                let (jobs, send, f) = (&jobs, send.clone(), &f);
+                s.spawn(move || loop {
+                    // The lock is held only to take a job, never while
+                    // `f` runs (a panic in `f` is re-raised by the scope).
+                    let Some((i, job)) = jobs.lock().ok().and_then(|mut j| j.next()) else {
+                        break;
+                    };
+                    if send.send((i, f(job))).is_err() {
+                        break;
+                    }
+                });
+            }
+            drop(send);
+            for (i, result) in done {
+                let (r, weight) = result?;
+                if let Some((name, tensor)) = weight {
+                    self.insert(name, tensor);
+                }
+                results[i] = Some(r);
+            }
+            Ok(results
+                .into_iter()
+                .map(|r| r.expect("every job ran"))
+                .collect())
+        })
     }
 
     /// Maps the weights file at `path` and attaches its data to the declared
@@ -420,9 +533,10 @@ impl WeightStore {
     /// [`WeightStore::safetensors_layout`] of this store) to `w`, one weight
     /// at a time: a mapped weight straight from its mapping, a held one
     /// through its little-endian bytes. With `release`, a mapped weight's
-    /// pages are dropped from the mapping once written (`MADV_DONTNEED`: the
-    /// file stays in the page cache, the process stops holding it), so
-    /// streaming a mapped model does not grow the resident set by its size.
+    /// pages are dropped from the mapping as they are written, 16 MiB at a
+    /// time (`MADV_DONTNEED`: the file stays in the page cache, the process
+    /// stops holding it), so streaming a mapped model does not grow the
+    /// resident set by more than that.
     pub fn write_safetensors_to(
         &self,
         layout: &SafetensorsLayout,
@@ -450,14 +564,21 @@ impl WeightStore {
                     of_file,
                     ..
                 } => {
-                    w.write_all(&map[*start..*end])?;
-                    if release && *of_file {
-                        release_pages(map, *start..*end);
+                    // A piece at a time, so that a released weight never
+                    // has more than one piece of its pages resident.
+                    let mut at = *start;
+                    while at < *end {
+                        let to = (at + WRITE_PIECE_BYTES).min(*end);
+                        w.write_all(&map[at..to])?;
+                        if release && *of_file {
+                            release_pages(map, at..to);
+                        }
+                        at = to;
                     }
                     end - start
                 }
                 Data::Owned(t) => {
-                    let bytes = t.to_le_bytes();
+                    let bytes = t.le_bytes();
                     w.write_all(&bytes)?;
                     bytes.len()
                 }
@@ -725,6 +846,74 @@ mod tests {
             s.tensor("m").unwrap().unwrap().as_f32().unwrap(),
             &[1.5, -2.0]
         );
+    }
+
+    #[test]
+    fn f32_values_are_read_in_place_when_mapped_and_aligned() {
+        // Two f32s at byte 4 (aligned) and at byte 14 (not).
+        let path = tmpdir("with-f32").join("w.bin");
+        let mut bytes = vec![0u8; 4];
+        bytes.extend([1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()));
+        bytes.extend([0u8; 2]);
+        bytes.extend([3.0f32, 4.0].iter().flat_map(|x| x.to_le_bytes()));
+        fs::write(&path, &bytes).unwrap();
+        let map = Arc::new(unsafe { Mmap::map(&fs::File::open(&path).unwrap()) }.unwrap());
+        let ty = TensorType::fixed(DType::F32, &[2]);
+        let mut s = WeightStore::new();
+        s.insert_mapped("aligned", ty.clone(), map.clone(), 4..12);
+        s.insert_mapped("unaligned", ty, map.clone(), 14..22);
+        s.insert(
+            "half",
+            Tensor::from_f64(DType::F16, vec![2], &[0.5, -1.0]).unwrap(),
+        );
+        s.declare("none", TensorType::fixed(DType::F32, &[2]));
+        let in_map = |v: &[f32]| {
+            let at = v.as_ptr() as usize;
+            (map.as_ptr() as usize..map.as_ptr() as usize + map.len()).contains(&at)
+        };
+        let read = |name| {
+            s.with_f32(name, |shape, v| (shape.to_vec(), v.to_vec(), in_map(v)))
+                .unwrap()
+        };
+        assert_eq!(read("aligned"), Some((vec![2], vec![1.5, -2.0], true)));
+        assert_eq!(read("unaligned"), Some((vec![2], vec![3.0, 4.0], false)));
+        assert_eq!(read("half"), Some((vec![2], vec![0.5, -1.0], false)));
+        assert_eq!(read("none"), None);
+        s.insert("ints", Tensor::from_i64(vec![1], vec![3]));
+        let e = s.with_f32("ints", |_, _| ()).unwrap_err().to_string();
+        assert!(e.contains("not a float type"), "{e}");
+    }
+
+    #[test]
+    fn parallel_replacement_keeps_job_order_and_stops_at_an_error() {
+        let mut s = WeightStore::new();
+        for i in 0..9 {
+            s.insert(format!("w{i}"), Tensor::from_f32(vec![1], vec![i as f32]));
+        }
+        let jobs: Vec<usize> = (0..9).collect();
+        let doubled = s
+            .replace_in_parallel(jobs, |i| {
+                let t = Tensor::from_f32(vec![1], vec![2.0 * i as f32]);
+                Ok::<_, String>((i * 10, (i % 2 == 0).then(|| (format!("w{i}"), t))))
+            })
+            .unwrap();
+        assert_eq!(doubled, (0..9).map(|i| i * 10).collect::<Vec<_>>());
+        for i in 0..9 {
+            let v = s
+                .tensor(&format!("w{i}"))
+                .unwrap()
+                .unwrap()
+                .as_f32()
+                .unwrap()[0];
+            assert_eq!(v, if i % 2 == 0 { 2.0 * i as f32 } else { i as f32 });
+        }
+        let e = s
+            .replace_in_parallel((0..9).collect(), |i: usize| match i {
+                4 => Err(format!("job {i} fails")),
+                _ => Ok(((), None)),
+            })
+            .unwrap_err();
+        assert_eq!(e, "job 4 fails");
     }
 
     #[test]

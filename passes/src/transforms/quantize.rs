@@ -638,18 +638,12 @@ fn weight_operand(g: &Graph, i: usize) -> Option<String> {
 
 /// Quantizes module weight `name` and adds the results to the store.
 fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<Done, String> {
-    let data = store
-        .tensor(name)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!("weight @{name} has no data (quantize needs the weights file loaded)")
-        })?;
-    // Half-precision weights widen exactly to f32 before quantizing.
-    let data = match data.dtype() {
-        DType::F32 => data,
-        _ => std::sync::Arc::new(data.cast(DType::F32)),
-    };
-    let k = data.shape().first().copied().unwrap_or(0);
+    let no_data = || format!("weight @{name} has no data (quantize needs the weights file loaded)");
+    let k = store
+        .get(name)
+        .and_then(|w| w.ty.shape.as_fixed())
+        .and_then(|s| s.first().copied())
+        .unwrap_or(0);
     if k == 0 {
         return Err(format!("weight @{name} has no rows"));
     }
@@ -657,10 +651,24 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
     let group = scheme.group;
     let qw =
         match cfg.method {
-            Method::Rtn => Rtn
-                .quantize(&data, scheme)
+            // Read in place when mapped (see `WeightStore::with_f32`).
+            Method::Rtn => store
+                .with_f32(name, |shape, values| {
+                    Rtn.quantize_values(shape, values, scheme)
+                })
+                .map_err(|e| e.to_string())?
+                .ok_or_else(no_data)?
                 .map_err(|e| format!("weight @{name} ({}): {e}", Rtn.name()))?,
             Method::Gptq => {
+                let data = store
+                    .tensor(name)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(no_data)?;
+                // Half-precision weights widen exactly to f32 before quantizing.
+                let data = match data.dtype() {
+                    DType::F32 => data,
+                    _ => std::sync::Arc::new(data.cast(DType::F32)),
+                };
                 let hname = format!("{name}{HESSIAN_SUFFIX}");
                 let h = store.tensor(&hname).map_err(|e| e.to_string())?.ok_or_else(|| {
                 format!("weight @{name} has no calibration Hessian @{hname} (gptq needs --calib)")

@@ -78,7 +78,23 @@ impl WeightQuantizer for Rtn {
     }
 
     fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
-        let ((k, n), data, levels) = checked(w, scheme)?;
+        let Some(data) = w.as_f32() else {
+            return Err(format!("weight is {}, not f32", w.dtype()));
+        };
+        self.quantize_values(w.shape(), data, scheme)
+    }
+}
+
+impl Rtn {
+    /// [`WeightQuantizer::quantize`] of the weight of `shape` whose values
+    /// are `data` (borrowed: from a mapped file, say).
+    pub fn quantize_values(
+        &self,
+        shape: &[usize],
+        data: &[f32],
+        scheme: Scheme,
+    ) -> Result<QuantizedWeight, String> {
+        let ((k, n), data, levels) = checked_values(shape, data, scheme)?;
         let g = scheme.group;
         let groups = k / g;
         // Row-major passes (cache-friendly for wide weights), over blocks of
@@ -184,12 +200,24 @@ pub(super) type Checked<'a> = ((usize, usize), &'a [f32], Levels);
 /// A weight as every quantizer checks it: `[K, N]`, `f32`, finite, and
 /// `K` a multiple of the scheme's group (at most [`MAX_GROUP`]).
 pub(super) fn checked(w: &Tensor, scheme: Scheme) -> Result<Checked<'_>, String> {
-    let [k, n] = *w.shape() else {
-        return Err(format!("weight of shape {:?} is not 2-D", w.shape()));
-    };
     let Some(data) = w.as_f32() else {
         return Err(format!("weight is {}, not f32", w.dtype()));
     };
+    checked_values(w.shape(), data, scheme)
+}
+
+/// [`checked`] of a weight given as its shape and values.
+fn checked_values<'a>(
+    shape: &[usize],
+    data: &'a [f32],
+    scheme: Scheme,
+) -> Result<Checked<'a>, String> {
+    let [k, n] = *shape else {
+        return Err(format!("weight of shape {shape:?} is not 2-D"));
+    };
+    if data.len() != k * n {
+        return Err(format!("{} values for shape {shape:?}", data.len()));
+    }
     let g = scheme.group;
     if g == 0 || g as i64 > MAX_GROUP || k % g != 0 {
         return Err(format!("K = {k} is not a multiple of group = {g}"));
