@@ -172,6 +172,65 @@ fn choose_k_block(k: u32, n: u32, group: u32, rows: &BTreeSet<u32>) -> Option<u3
     best.map(|(_, kt)| kt)
 }
 
+/// One weight for [`store_weights`] to put into the NPU's layout.
+struct StoreJob {
+    name: String,
+    /// K, N, group.
+    shape: (u32, u32, u32),
+    k_block: u32,
+    /// The weight is in the layout already (stored by an earlier call).
+    already_stored: bool,
+    tensor: std::sync::Arc<Tensor>,
+}
+
+impl StoreJob {
+    /// The weight's facts, and its values permuted into the layout unless
+    /// they already are.
+    fn run(self) -> Result<(NpuWeight, Option<(String, Tensor)>), LowerError> {
+        let StoreJob {
+            name,
+            shape: (k, n, group),
+            k_block,
+            already_stored,
+            tensor,
+        } = self;
+        let layout = QLayout::Rk3588 { k_block };
+        let TensorData::I8(values) = tensor.data() else {
+            return Err(fail(format!("weight @{name} is not i8")));
+        };
+        let (ku, nu) = (k as usize, n as usize);
+        if values.len() != ku * nu {
+            return Err(fail(format!("weight @{name} does not hold [{k}, {n}]")));
+        }
+        let row_major: std::borrow::Cow<[i8]> = if already_stored {
+            layout.row_major(DType::I8, ku, nu, values).into()
+        } else {
+            values.as_slice().into()
+        };
+        let mut column_sums = vec![0i32; (k / group) as usize * nu];
+        for (kk, row) in row_major.chunks_exact(nu).enumerate() {
+            let sums = &mut column_sums[kk / group as usize * nu..][..nu];
+            for (s, &q) in sums.iter_mut().zip(row) {
+                *s += i32::from(q);
+            }
+        }
+        let packed = (!already_stored).then(|| {
+            let packed = layout.pack(DType::I8, ku, nu, &row_major);
+            let t = Tensor::new(vec![ku, nu], TensorData::I8(packed)).expect("same size");
+            (name.clone(), t)
+        });
+        let weight = NpuWeight {
+            name,
+            k_block,
+            k,
+            n,
+            group,
+            column_sums,
+        };
+        Ok((weight, packed))
+    }
+}
+
 /// Stores every NPU product's weights in the NPU's layout (see the module
 /// doc), returning them in name order.
 pub fn store_weights(module: &mut Module) -> Result<Vec<NpuWeight>, LowerError> {
@@ -207,7 +266,9 @@ pub fn store_weights(module: &mut Module) -> Result<Vec<NpuWeight>, LowerError> 
             }
         }
     }
-    let mut stored = Vec::new();
+    // Each weight's K block, then its column sums and stored bytes, on all
+    // cores (the permuted weights replace the originals as they come).
+    let mut jobs = Vec::with_capacity(uses.len());
     for (name, u) in &uses {
         let (k, n, group) = u.shape;
         let k_block = match u.stored.iter().copied().collect::<Vec<_>>()[..] {
@@ -220,45 +281,20 @@ pub fn store_weights(module: &mut Module) -> Result<Vec<NpuWeight>, LowerError> 
             [kb] => kb,
             _ => return Err(fail(format!("weight @{name} is read in two NPU layouts"))),
         };
-        let layout = QLayout::Rk3588 { k_block };
         let tensor = module
             .weights
             .tensor(name)
             .map_err(|e| fail(e.to_string()))?
             .ok_or_else(|| fail(format!("weight @{name} has no data")))?;
-        let TensorData::I8(values) = tensor.data() else {
-            return Err(fail(format!("weight @{name} is not i8")));
-        };
-        let (ku, nu) = (k as usize, n as usize);
-        if values.len() != ku * nu {
-            return Err(fail(format!("weight @{name} does not hold [{k}, {n}]")));
-        }
-        let row_major: Vec<i8> = if u.stored.is_empty() {
-            values.clone()
-        } else {
-            layout.row_major(DType::I8, ku, nu, values)
-        };
-        let mut column_sums = vec![0i32; (k / group) as usize * nu];
-        for (kk, row) in row_major.chunks_exact(nu).enumerate() {
-            let sums = &mut column_sums[kk / group as usize * nu..][..nu];
-            for (s, &q) in sums.iter_mut().zip(row) {
-                *s += i32::from(q);
-            }
-        }
-        if u.stored.is_empty() {
-            let packed = layout.pack(DType::I8, ku, nu, &row_major);
-            let t = Tensor::new(vec![ku, nu], TensorData::I8(packed)).expect("same size");
-            module.weights.insert(name.clone(), t);
-        }
-        stored.push(NpuWeight {
+        jobs.push(StoreJob {
             name: name.clone(),
+            shape: u.shape,
             k_block,
-            k,
-            n,
-            group,
-            column_sums,
+            already_stored: !u.stored.is_empty(),
+            tensor,
         });
     }
+    let stored = module.weights.replace_in_parallel(jobs, StoreJob::run)?;
     // Every product that reads a stored weight reads it in its layout; a
     // product's weights share its one layout attribute.
     let layouts: BTreeMap<&str, QLayout> = stored

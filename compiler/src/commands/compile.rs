@@ -230,10 +230,12 @@ pub fn run(args: CompileArgs) -> CmdResult {
 
     // The NPU's part: its products' weights in the NPU's layout (before
     // the CPU kernels and the IR are written: both read that layout).
+    let t_layout = Instant::now();
     let npu_weights = match choice.npu {
         true => store_weights(&mut module).map_err(|e| at(&e))?,
         false => Vec::new(),
     };
+    let npu_layout_ms = ms(t_layout);
 
     // Every graph must be a planned bucket of one base graph.
     let mut graphs: Vec<(&str, u64)> = Vec::new();
@@ -408,7 +410,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
             &graphs,
             &codegen_ms,
             &records,
-            (import_ms, write_ms),
+            (import_ms, npu_layout_ms, write_ms),
             &manifest,
             (&out, file_bytes, written.weights_bytes),
         );
@@ -428,7 +430,7 @@ fn json_report(
     graphs: &[(&str, u64)],
     codegen_ms: &[f64],
     records: &[PassRecord],
-    (import_ms, write_ms): (f64, f64),
+    (import_ms, npu_layout_ms, write_ms): (f64, f64, f64),
     manifest: &Manifest,
     (out, file_bytes, weights_bytes): (&Path, usize, usize),
 ) -> serde_json::Value {
@@ -486,6 +488,7 @@ fn json_report(
     json!({
         "package": out.display().to_string(),
         "module": module.name,
+        "npu_layout_ms": npu_layout_ms,
         "write_ms": write_ms,
         "entry": manifest.entry,
         "versions": {

@@ -145,12 +145,18 @@ impl Pass for PackWeights {
                 break;
             }
         }
+        // On all cores, each packed weight replacing its original as it
+        // comes (`WeightStore::replace_in_parallel`).
+        let mut jobs = Vec::with_capacity(packed.len());
         for name in &packed {
             let tensor = module
                 .weights
                 .tensor(name)
                 .map_err(|e| failed("pack-weights", e.to_string()))?
                 .ok_or_else(|| failed("pack-weights", format!("weight @{name} has no data")))?;
+            jobs.push((name.clone(), tensor));
+        }
+        module.weights.replace_in_parallel(jobs, |(name, tensor)| {
             let (dtype, shape) = (tensor.dtype(), tensor.shape().to_vec());
             let (k, n) = (shape[0], shape[1]);
             // The values are permuted in their own element type (i4 is one
@@ -167,8 +173,8 @@ impl Pass for PackWeights {
             };
             drop(tensor);
             let packed = Tensor::new(shape, data).expect("a permutation keeps the size");
-            module.weights.insert(name.clone(), packed);
-        }
+            Ok(((), Some((name, packed))))
+        })?;
         for &(gi, ni) in candidates.keys() {
             match &mut module.graphs[gi].nodes[ni].op {
                 Op::QMatMul(op) => op.layout = QLayout::Strips16,
