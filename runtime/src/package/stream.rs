@@ -14,9 +14,11 @@
 //!    ([`WeightStore::write_safetensors_to`]: a weight mapped from the
 //!    model's file is copied from the mapping, whose pages are then let
 //!    go);
-//! 3. the written blob is mapped and, window by window, encrypted in place
-//!    (`--encrypt`) and hashed into the integrity table, on all cores, each
-//!    window's pages let go after (they stay in the page cache);
+//! 3. alongside, on another thread, each 64 MiB window of the blob, once
+//!    written and flushed, is encrypted in place through a mapping of the
+//!    file (`--encrypt`) and hashed into the integrity table (its sections
+//!    on all cores), and its pages are let go (they stay in the page
+//!    cache), so the hashing overlaps the writing;
 //! 4. the final manifest, of the placeholders' size, and the header are
 //!    written in front, and the signature trailer (`--sign`) after.
 
@@ -52,11 +54,26 @@ pub struct Written {
 /// weight without data.
 pub fn write_streamed(
     file: &mut File,
-    mut manifest: Manifest,
+    manifest: Manifest,
     weights: &WeightStore,
     encrypt: Option<&WeightKey>,
     signer: Option<&ed25519_dalek::SigningKey>,
 ) -> std::io::Result<Written> {
+    write_in_windows(file, manifest, weights, (encrypt, signer), WINDOW_BYTES)
+}
+
+/// [`write_streamed`], sealing `window` bytes (a multiple of the
+/// sections and the chunks) at a time.
+fn write_in_windows(
+    file: &mut File,
+    mut manifest: Manifest,
+    weights: &WeightStore,
+    (encrypt, signer): (Option<&WeightKey>, Option<&ed25519_dalek::SigningKey>),
+    window: usize,
+) -> std::io::Result<Written> {
+    debug_assert!(
+        window.is_multiple_of(SECTION_BYTES) && window.is_multiple_of(encryption::CHUNK_BYTES)
+    );
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
     let layout = weights
         .safetensors_layout(WEIGHTS_ALIGN, true)
@@ -84,45 +101,48 @@ pub fn write_streamed(
 
     let started = std::time::Instant::now();
     file.set_len(0)?;
+    // The file has its final blob length first, so that one mapping
+    // covers every window the sealing thread reads.
+    file.set_len((woff + total) as u64)?;
+    // SAFETY: this process created the file and is its only writer: the
+    // writing below never touches a window once it is reported flushed,
+    // and only then does the sealing thread use it; the mapping is
+    // dropped before the function returns.
+    let map = unsafe { memmap2::MmapMut::map_mut(&*file)? };
     file.seek(SeekFrom::Start(woff as u64))?;
-    let mut w = BufWriter::with_capacity(1 << 20, &mut *file);
-    weights.write_safetensors_to(&layout, &mut w, true)?;
-    w.flush()?;
-    drop(w);
-    let copied = started.elapsed();
-
-    // SAFETY: this process created the file and is its only writer; the
-    // mapping is dropped before the function returns.
-    let mut map = unsafe { memmap2::MmapMut::map_mut(&*file)? };
-    let mut sealed = Vec::new();
-    let mut digests = Vec::with_capacity(sections);
-    let mut at = 0;
-    while at < total {
-        let end = (at + WINDOW_BYTES).min(total);
-        let window = &mut map[woff + at..woff + end];
-        if let Some(key) = encrypt {
-            let first = (at / encryption::CHUNK_BYTES) as u64;
-            sealed.extend(encryption::encrypt_chunks(key, window, first, total as u64));
+    let (report, flushed) = std::sync::mpsc::channel::<usize>();
+    let (sealed, digests) = std::thread::scope(|s| {
+        let sealer = s.spawn(move || seal_windows(map, (woff, total), window, encrypt, flushed));
+        let written = (|| {
+            let mut w = Flushed {
+                inner: BufWriter::with_capacity(1 << 20, &mut *file),
+                written: 0,
+                window,
+                report: &report,
+            };
+            weights.write_safetensors_to(&layout, &mut w, true)?;
+            w.inner.flush()?;
+            let _ = report.send(w.written);
+            std::io::Result::Ok(w.written)
+        })();
+        drop(report);
+        let sealed = sealer.join().expect("the sealing thread does not panic");
+        match written {
+            Ok(n) if n == total => Ok(sealed),
+            Ok(n) => Err(invalid(format!(
+                "the weights were {n} bytes, their layout {total}"
+            ))),
+            Err(e) => Err(e),
         }
-        digests.extend(sections::table(window, SECTION_BYTES).sha256);
-        // SAFETY: a shared mapping of a file: dropped pages keep their
-        // (written) contents in the page cache and are read again if
-        // touched; no reference into them is held.
-        let _ = unsafe {
-            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, woff + at, end - at)
-        };
-        at = end;
-    }
-    drop(map);
+    })?;
     tracing::debug!(
-        "weights: {total} bytes written in {:.2} s, {}hashed in {:.2} s",
-        copied.as_secs_f64(),
+        "weights: {total} bytes written, {}hashed alongside, in {:.2} s",
         if encrypt.is_some() {
             "encrypted and "
         } else {
             ""
         },
-        (started.elapsed() - copied).as_secs_f64()
+        started.elapsed().as_secs_f64()
     );
 
     let table = WeightSections {
@@ -156,6 +176,69 @@ pub fn write_streamed(
     })
 }
 
+/// A writer that reports, each time it has written past another multiple
+/// of `window` bytes, how many bytes it has written and flushed to the
+/// file.
+struct Flushed<'a, W: Write> {
+    inner: W,
+    written: usize,
+    window: usize,
+    report: &'a std::sync::mpsc::Sender<usize>,
+}
+
+impl<W: Write> Write for Flushed<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        let before = self.written;
+        self.written += n;
+        if self.written / self.window > before / self.window {
+            self.inner.flush()?;
+            let _ = self.report.send(self.written);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Encrypts (with `encrypt`) and hashes the blob of `total` bytes at
+/// `woff` of `map`, `window` bytes at a time as `flushed` reports the bytes
+/// written, and lets each window's pages go (they stay in the page
+/// cache). Returns the chunks' seals and the sections' digests, of the
+/// windows written before the reports stopped.
+fn seal_windows(
+    mut map: memmap2::MmapMut,
+    (woff, total): (usize, usize),
+    window: usize,
+    encrypt: Option<&WeightKey>,
+    flushed: std::sync::mpsc::Receiver<usize>,
+) -> (Vec<encryption::SealedChunk>, Vec<Vec<u8>>) {
+    let mut sealed = Vec::new();
+    let mut digests = Vec::with_capacity(total.div_ceil(SECTION_BYTES));
+    let mut at = 0;
+    for upto in flushed {
+        while at < total && (at + window <= upto || upto == total) {
+            let end = (at + window).min(total);
+            let window = &mut map[woff + at..woff + end];
+            if let Some(key) = encrypt {
+                let first = (at / encryption::CHUNK_BYTES) as u64;
+                sealed.extend(encryption::encrypt_chunks(key, window, first, total as u64));
+            }
+            digests.extend(sections::table(window, SECTION_BYTES).sha256);
+            // SAFETY: a shared mapping of a file: dropped pages keep their
+            // (written) contents in the page cache and are read again if
+            // touched; no reference into them is held.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, woff + at, end - at)
+            };
+            at = end;
+        }
+    }
+    (sealed, digests)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,9 +246,8 @@ mod tests {
 
     fn store() -> WeightStore {
         let mut w = WeightStore::new();
-        // Enough bytes for several windows' worth of sections would be
-        // slow here; three sections and a ragged tail exercise the same
-        // paths (WINDOW_BYTES only groups sections).
+        // Three sections and a ragged tail: several windows when a window
+        // is one section.
         let n = (3 * SECTION_BYTES + 12345) / 4;
         w.insert(
             "a",
@@ -191,7 +273,13 @@ mod tests {
         let blob = super::super::weights_blob(&weights).unwrap();
         let signer = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
         let key = WeightKey::from_bytes([9; 32]);
-        for (encrypt, sign) in [(false, false), (false, true), (true, true)] {
+        let cases = [(false, false), (false, true), (true, true)];
+        // One section per window: the blob's four windows are sealed while
+        // the later ones are still being written.
+        for ((encrypt, sign), window) in cases
+            .into_iter()
+            .flat_map(|c| [(c, WINDOW_BYTES), (c, SECTION_BYTES)])
+        {
             let signer = sign.then_some(&signer);
             let mut plain = blob.clone();
             let mut m = manifest();
@@ -211,12 +299,12 @@ mod tests {
                 .truncate(true)
                 .open(&path)
                 .unwrap();
-            let written = write_streamed(
+            let written = write_in_windows(
                 &mut f,
                 manifest(),
                 &weights,
-                encrypt.then_some(&key),
-                signer,
+                (encrypt.then_some(&key), signer),
+                window,
             )
             .unwrap();
             let got = std::fs::read(&path).unwrap();
@@ -225,7 +313,7 @@ mod tests {
             assert_eq!(written.weights_bytes, blob.len());
             assert!(
                 got == want,
-                "encrypt {encrypt}, sign {sign}: the bytes differ"
+                "encrypt {encrypt}, sign {sign}, window {window}: the bytes differ"
             );
         }
     }
