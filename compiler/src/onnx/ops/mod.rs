@@ -15,6 +15,7 @@ use super::context::{Ctx, R};
 pub mod activation;
 pub mod cast;
 pub mod constant;
+pub mod contrib;
 pub mod elementwise;
 pub mod gather;
 pub mod logic;
@@ -42,7 +43,11 @@ impl Registry {
         let mut domains = HashMap::new();
         let mut default = OpMap::new();
         register_all_ops(&mut default);
+        contrib::register_default(&mut default);
         domains.insert("", default);
+        let mut microsoft = OpMap::new();
+        contrib::register(&mut microsoft);
+        domains.insert(contrib::DOMAIN, microsoft);
         Registry { domains }
     }
 

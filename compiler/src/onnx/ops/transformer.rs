@@ -44,7 +44,9 @@ pub fn register(reg: &mut OpMap) {
 /// The ONNX `DataType` code of `float`.
 const FLOAT: i64 = 1;
 
-fn rms_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
+/// `RMSNormalization`; also onnxruntime's `SimplifiedLayerNormalization`
+/// (`contrib.rs`), the same op.
+pub(super) fn rms_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     ctx.expect_inputs(2, 2)?;
     let (x, scale) = (ctx.input(0)?, ctx.input(1)?);
     let rank = ctx.ty(x).rank() as i64;
