@@ -47,3 +47,38 @@ fn contrib_node_tests_pass_on_cpu() {
 fn contrib_node_tests_pass_on_npu_sim() {
     manifest_passes_on("npu-sim");
 }
+
+/// A `MatMulNBits` model's cpu package keeps the weights in 4 bits: about
+/// the size of the ONNX file (`B` and its scales), not a widened copy, nor
+/// `B` beside the imported weight.
+#[test]
+fn matmul_nbits_packages_stay_four_bit() {
+    let model = repo().join(
+        "testdata/contrib/node_tests/test_matmul_nbits_4bit_k512_n256_block32_level0/model.onnx",
+    );
+    let dir = std::env::temp_dir().join(format!("slmcc-contrib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pkg = dir.join("nbits.slmpkg");
+    let out = Command::new(env!("CARGO_BIN_EXE_slmcc"))
+        .args(["compile", "--target", "cpu", "--buckets", "4", "-o"])
+        .arg(&pkg)
+        .arg(&model)
+        .output()
+        .expect("run slmcc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (onnx, package) = (
+        std::fs::metadata(&model).unwrap().len() as f64,
+        std::fs::metadata(&pkg).unwrap().len() as f64,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    // 64 KiB of nibbles and 16 KiB of scales; the package adds its
+    // manifest and code.
+    assert!(
+        package < 1.15 * onnx,
+        "package {package} bytes, the ONNX model {onnx} bytes"
+    );
+}

@@ -1,8 +1,11 @@
-"""Node tests for onnxruntime's contrib ops that slmcc imports, in the ONNX
+"""Node tests for onnxruntime's contrib ops that slmcc imports
+(SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, MatMulNBits), in the ONNX
 backend test layout (NAME/model.onnx, NAME/test_data_set_0/input_N.pb and
 output_N.pb), with onnxruntime's outputs as the expected ones.
 
     python testdata/contrib/generate.py [OUT]   (default: testdata/contrib/node_tests)
+
+writes the tests into OUT and their list into manifest.txt beside OUT.
 
 Needs only the CI packages (testdata/requirements-ci.txt: onnx, onnxruntime,
 numpy). Deterministic (fixed seeds); `slmcc onnx-test --manifest
@@ -23,20 +26,36 @@ HERE = Path(__file__).resolve().parent
 MS = "com.microsoft"
 
 
-def case(out: Path, name: str, nodes, inputs, outputs, feeds, opsets=((MS, 1),)):
+def make_model(name, nodes, inputs, outputs, feeds, opsets, inits, dims=None):
+    shapes = dims or [a.shape for a in feeds]
     graph = helper.make_graph(
         nodes,
         name,
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in zip(inputs, feeds)],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in zip(inputs, shapes)],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        initializer=[numpy_helper.from_array(a, n) for n, a in inits],
     )
     imports = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, v) for d, v in opsets]
     model = helper.make_model(graph, opset_imports=imports, producer_name="slmcc-contrib-tests")
     model.ir_version = 8
+    return model
+
+
+def ort_run(model, outputs, inputs, feeds):
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    got = sess.run(outputs, dict(zip(inputs, feeds)))
+    return sess.run(outputs, dict(zip(inputs, feeds)))
+
+
+def case(out: Path, name: str, nodes, inputs, outputs, feeds, opsets=((MS, 1),), inits=(),
+         reference_nodes=None, dims=None):
+    """One test; its expected outputs are onnxruntime's run of `reference_nodes`
+    when given (the same computation in another form), else of `nodes`. `dims`
+    declares the inputs' shapes (symbolic dims allowed), else the feeds' ones."""
+    model = make_model(name, nodes, inputs, outputs, feeds, opsets, inits, dims)
+    ref = make_model(name, reference_nodes, inputs, outputs, feeds, opsets, inits, dims) if reference_nodes else model
+    got = ort_run(ref, outputs, inputs, feeds)
     d = out / name
     data = d / "test_data_set_0"
     data.mkdir(parents=True)
@@ -81,7 +100,64 @@ def main() -> None:
     names.append(case(out, "test_skip_simplified_layer_norm_2d_default_eps",
                       [helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y"], domain=MS)],
                       ["x", "s", "g"], ["y"], [x, s, g]))
-    manifest = HERE / "manifest.txt"
+    # MatMulNBits (com.microsoft): B's bytes [N, K / block, block * bits / 8],
+    # 4-bit values low nibble first; the zero point absent or the midpoint.
+    # A holds quarter integers and the scales are powers of two, so every
+    # product and sum is exact in f32 and the expected values do not depend
+    # on the order of summation: the tests check the weights' layout and
+    # meaning, not onnxruntime's rounding.
+    for bits, k, n, block, zp, bias, level, a_shape in [
+        (4, 32, 8, 16, False, False, 0, (2, 3, 32)),
+        (4, 64, 16, 32, True, True, 1, (1, 4, 64)),
+        (4, 48, 8, 16, True, False, 0, (1, 5, 48)),  # an odd block count
+        (4, 256, 32, 128, False, True, 4, (2, 256)),
+        (8, 32, 8, 16, False, False, 0, (3, 32)),
+        (8, 64, 16, 32, True, True, 0, (1, 2, 64)),
+        # Large enough for B to import as a module weight (not a constant):
+        # compiler/tests/contrib.rs checks that its package stays 4-bit.
+        (4, 512, 256, 32, False, False, 0, (1, 3, 512)),
+    ]:
+        blocks, mid = k // block, 1 << (bits - 1)
+        values = rng.integers(0, 1 << bits, size=(n, blocks, block), dtype=np.uint8)
+        if bits == 4:
+            b = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+        else:
+            b = values
+        scales = np.exp2(-rng.integers(2, 7, size=(n, blocks))).astype(np.float32)
+        inits = [("B", b), ("scales", scales.reshape(-1))]
+        ins = ["a", "B", "scales"]
+        if zp:
+            if bits == 4:
+                nib = np.full((n, blocks + blocks % 2), mid, dtype=np.uint8)
+                nib[:, blocks:] = 0  # the padding nibble of an odd count
+                z = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+            else:
+                z = np.full((n, blocks), mid, dtype=np.uint8)
+            inits.append(("zp", z))
+            ins.append("zp")
+        if bias:
+            ins += ["", "bias"] if zp else ["", "", "bias"]
+            inits.append(("bias", f(n)))
+        nbits = lambda level: helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits,
+                                               block_size=block, accuracy_level=level)
+        a = (rng.integers(-16, 17, size=a_shape) / 4).astype(np.float32)
+        # The large case declares a symbolic `seq`, so that it also compiles.
+        dims = [(a_shape[0], "seq", a_shape[2])] if k == 512 else None
+        # At level 4 onnxruntime may quantize A to int8; slmcc computes every
+        # level in f32, so the expected values are onnxruntime's f32 ones
+        # (level 0), and how far its level-4 run is from them is printed.
+        reference = [nbits(0)] if level == 4 else None
+        name = case(out, f"test_matmul_nbits_{bits}bit_k{k}_n{n}_block{block}"
+                    f"{'_zp' if zp else ''}{'_bias' if bias else ''}_level{level}",
+                    [nbits(level)], ["a"], ["y"], [a], inits=inits, reference_nodes=reference,
+                    dims=dims)
+        names.append(name)
+        if reference:
+            m = lambda lv: make_model(name, [nbits(lv)], ["a"], ["y"], [a], ((MS, 1),), inits)
+            y4, y0 = ort_run(m(4), ["y"], ["a"], [a])[0], ort_run(m(0), ["y"], ["a"], [a])[0]
+            print(f"{name}: onnxruntime at level 4 is {np.abs(y4 - y0).max() / np.abs(y0).max():.2e} "
+                  "(max |diff| / max |y|) from its f32 run")
+    manifest = out.parent / "manifest.txt"
     manifest.write_text(
         "# onnxruntime contrib-op node tests (testdata/contrib/generate.py, onnxruntime "
         f"{ort.__version__}) that `slmcc onnx-test` must pass.\n" + "".join(n + "\n" for n in names)

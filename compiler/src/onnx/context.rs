@@ -133,6 +133,46 @@ impl<'a, 'm> Ctx<'a, 'm> {
         f.value.as_ref()?.as_tensor(f.ty.dtype)
     }
 
+    /// Input `i`'s data when it is known at import: a constant's value or
+    /// an initializer's (a module weight's) data; `None` for a run-time
+    /// value.
+    pub fn input_data(&self, i: usize) -> R<Option<std::sync::Arc<Tensor>>> {
+        if let Some(t) = self.known_tensor(i) {
+            return Ok(Some(t));
+        }
+        let Some(v) = self.opt_input(i) else {
+            return Ok(None);
+        };
+        match &self.imp.graph.value(v).def {
+            slmcc_ir::ValueDef::Weight(name) => self
+                .imp
+                .module
+                .weights
+                .tensor(name)
+                .map_err(|e| e.to_string()),
+            _ => Ok(None),
+        }
+    }
+
+    /// Marks input `i`, when it is a module weight, as replaced by weights
+    /// this import made from its data: it is dropped at the end of the
+    /// import unless something else still reads it.
+    pub fn supersede(&mut self, i: usize) {
+        if let Some(v) = self.opt_input(i) {
+            if let slmcc_ir::ValueDef::Weight(name) = &self.imp.graph.value(v).def {
+                let name = name.clone();
+                self.imp.superseded.push(name);
+            }
+        }
+    }
+
+    /// A new module weight holding `t`, named after the node's first output
+    /// and `suffix`.
+    pub fn new_weight(&mut self, suffix: &str, t: Tensor) -> ValueId {
+        let name = self.imp.fresh_name(&format!("{}.{suffix}", self.hint));
+        self.imp.add_weight(&name, t)
+    }
+
     // ----- results --------------------------------------------------------
 
     /// Number of ONNX outputs the node declares.

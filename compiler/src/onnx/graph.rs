@@ -136,6 +136,9 @@ pub(crate) struct Importer<'m> {
     registry: Registry,
     symbols: Symbols,
     inlined: usize,
+    /// Weights whose data an import turned into new weights (`MatMulNBits`'
+    /// packed bytes): dropped at the end unless something else uses them.
+    pub(crate) superseded: Vec<String>,
 }
 
 /// Imports a parsed model (see the module doc of [`super`]).
@@ -181,6 +184,7 @@ pub(crate) fn import(
         registry: Registry::new(),
         symbols: Symbols::default(),
         inlined: 0,
+        superseded: Vec::new(),
     };
 
     imp.reserved.extend(g.input.iter().map(|v| v.name.clone()));
@@ -224,6 +228,14 @@ pub(crate) fn import(
         imp.graph.outputs.push(id);
     }
     let mut module = imp.module;
+    if !imp.superseded.is_empty() {
+        imp.graph.compact();
+        for w in &imp.superseded {
+            if imp.graph.find_weight(w).is_none() {
+                module.weights.remove(w);
+            }
+        }
+    }
     module.graphs.push(imp.graph);
     Ok(module)
 }

@@ -204,7 +204,12 @@ fn schema(mnemonic: &str) -> Schema {
             ("softcap", Float(0.0)),
         ],
         "rope" => &[("rotary_dim", Required), ("interleaved", Bool(false))],
-        "qmatmul" | "qswiglu" => &[("bits", Required), ("group", Required)],
+        "qmatmul" | "qswiglu" => &[
+            ("bits", Required),
+            ("group", Required),
+            ("layout", Absent),
+            ("activations", Absent),
+        ],
         "constant" | "constant_of_shape" => &[("value", Required)],
         _ => &[],
     }

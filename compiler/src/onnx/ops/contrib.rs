@@ -13,11 +13,27 @@
 //!   whose sum is the optional output 3 (`input_skip_bias_sum`). The
 //!   `mean` and `inv_std_var` outputs (1 and 2) are not supported.
 //!
+//! - `MatMulNBits(A, B, scales[, zero_points, g_idx, bias])`
+//!   (`com.microsoft`): `A` by a block-quantized weight, imported as a
+//!   weight-only `qmatmul` (`activations = "f32"`, group = `block_size`)
+//!   with no loss: `B`'s `[N, K / block, block · bits / 8]` bytes (`bits`
+//!   4, low nibble first, or 8) minus the zero point are the `i4`/`i8`
+//!   weight `q[K, N]`, exactly, and `scales` (`[N, K / block]`) its scales
+//!   transposed; `B` and `scales` are dropped once read. The zero point
+//!   must be the midpoint, 8 for 4 bits and 128 for 8 (what onnxruntime
+//!   assumes when `zero_points` is absent, and what a symmetric quantizer
+//!   writes); other zero points, `g_idx`, and a `K` that is not a multiple
+//!   of the block are refused. Every `accuracy_level` is accepted and
+//!   computed in `f32` (level 4 lets onnxruntime quantize `A` to int8;
+//!   slmcc's `f32` product is at least as accurate). `B`, `scales` and
+//!   `zero_points` must be initializers.
+//!
 //! Other `com.microsoft` ops are refused with their name and domain.
 
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
+use slmcc_ir::ops::quantized::qmatmul::{QActivations, QMatMul};
 use slmcc_ir::ops::rms_norm::RmsNorm;
-use slmcc_ir::ValueId;
+use slmcc_ir::{DType, Tensor, TensorData, ValueId};
 
 use super::OpMap;
 use crate::onnx::context::{fail, Ctx, R};
@@ -37,6 +53,7 @@ pub fn register(reg: &mut OpMap) {
         "SkipSimplifiedLayerNormalization",
         skip_simplified_layer_norm,
     );
+    reg.insert("MatMulNBits", matmul_nbits);
 }
 
 fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
@@ -57,6 +74,123 @@ fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     // Outputs 1 and 2 are unnamed here (checked above): any value binds
     // nothing to them.
     Ok(vec![y, y, y, sum])
+}
+
+fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
+    ctx.expect_inputs(3, 6)?;
+    ctx.only_outputs(1, "")?;
+    let (k, n) = (ctx.int("K", 0)?, ctx.int("N", 0)?);
+    let bits = ctx.int("bits", 4)?;
+    let block = ctx.int("block_size", 0)?;
+    let level = ctx.int("accuracy_level", 0)?;
+    if !(0..=4).contains(&level) {
+        fail!("attribute `accuracy_level` = {level} is not in 0..=4");
+    }
+    if bits != 4 && bits != 8 {
+        fail!("attribute `bits` = {bits} is not supported (4 or 8)");
+    }
+    if block < 16 || !(block as u64).is_power_of_two() {
+        fail!("attribute `block_size` = {block} is not a power of two of at least 16");
+    }
+    if k <= 0 || n <= 0 || k % block != 0 {
+        fail!("K = {k}, N = {n}: K must be a positive multiple of block_size = {block}");
+    }
+    if ctx.opt_input(4).is_some() {
+        fail!("input 4 (`g_idx`) is not supported");
+    }
+    let (k, n, block) = (k as usize, n as usize, block as usize);
+    let blocks = k / block;
+    let blob = block * bits as usize / 8;
+    let b = ctx
+        .input_data(1)?
+        .ok_or_else(|| "input 1 (`B`) must be an initializer".to_string())?;
+    let TensorData::U8(bytes) = b.data() else {
+        fail!("input 1 (`B`) is {}, not uint8", b.dtype());
+    };
+    if b.shape() != [n, blocks, blob] {
+        fail!(
+            "input 1 (`B`) has shape {:?}; K = {k}, N = {n} and block_size = {block} need [{n}, {blocks}, {blob}]",
+            b.shape()
+        );
+    }
+    let scales = ctx
+        .input_data(2)?
+        .ok_or_else(|| "input 2 (`scales`) must be an initializer".to_string())?;
+    let scales = scales.cast(DType::F32);
+    let scales = scales.as_f32().expect("cast to f32");
+    if scales.len() != n * blocks {
+        fail!(
+            "input 2 (`scales`) has {} values, N · K / block_size = {} needed",
+            scales.len(),
+            n * blocks
+        );
+    }
+    let mid: u8 = if bits == 4 { 8 } else { 128 };
+    if ctx.opt_input(3).is_some() {
+        let zp = ctx
+            .input_data(3)?
+            .ok_or_else(|| "input 3 (`zero_points`) must be an initializer".to_string())?;
+        let symmetric = match zp.data() {
+            // Packed like B, each row of N padded to whole bytes.
+            TensorData::U8(z) if bits == 4 => {
+                let row = blocks.div_ceil(2);
+                z.len() == n * row
+                    && z.chunks_exact(row).all(|r| {
+                        (0..blocks).all(|blk| (r[blk / 2] >> (4 * (blk % 2))) & 0xf == mid)
+                    })
+            }
+            TensorData::U8(z) => z.len() == n * blocks && z.iter().all(|&b| b == mid),
+            _ => {
+                let z = zp.cast(DType::F32);
+                let z = z.as_f32().expect("cast to f32");
+                z.len() == n * blocks && z.iter().all(|&z| z == f32::from(mid))
+            }
+        };
+        if !symmetric {
+            fail!(
+                "input 3 (`zero_points`): only the midpoint zero point ({mid}) in every block is \
+                 supported (`qmatmul` weights are symmetric)"
+            );
+        }
+    }
+    // q[k, n] = B's element k of row n minus the midpoint, exactly.
+    let mut q = vec![0i8; k * n];
+    for (row, column) in bytes.chunks_exact(blocks * blob).enumerate() {
+        for kk in 0..k {
+            let v = match bits {
+                4 => (column[kk / 2] >> (4 * (kk % 2))) & 0xf,
+                _ => column[kk],
+            };
+            q[kk * n + row] = (i16::from(v) - i16::from(mid)) as i8;
+        }
+    }
+    let mut scale = vec![0f32; blocks * n];
+    for (row, s) in scales.chunks_exact(blocks).enumerate() {
+        for (blk, &v) in s.iter().enumerate() {
+            scale[blk * n + row] = v;
+        }
+    }
+    let data = match bits {
+        4 => TensorData::I4(q),
+        _ => TensorData::I8(q),
+    };
+    let q = Tensor::new(vec![k, n], data).map_err(|e| e.to_string())?;
+    let scale = Tensor::from_f32(vec![blocks, n], scale);
+    // `B`, `scales` and `zero_points` are read into the new weights.
+    for i in 1..=3 {
+        ctx.supersede(i);
+    }
+    let a = ctx.input(0)?;
+    let (q, scale) = (ctx.new_weight("q", q), ctx.new_weight("scale", scale));
+    let op = QMatMul {
+        activations: QActivations::F32,
+        ..QMatMul::new(bits, block as i64).map_err(|e| e.to_string())?
+    };
+    let mut y = ctx.add1(op, &[a, q, scale])?;
+    if let Some(bias) = ctx.opt_input(5) {
+        y = ctx.add1(Binary::new(BinaryKind::Add), &[y, bias])?;
+    }
+    Ok(vec![y])
 }
 
 #[cfg(test)]
@@ -105,6 +239,76 @@ mod tests {
         );
         let e = import_err(&m);
         assert!(e.contains("output 1 (`inv`) is not supported"), "{e}");
+    }
+
+    /// A `MatMulNBits` model: `a: f32[2, 32]` by a 4-bit `[32, 4]` weight
+    /// in blocks of 16, with `zero_points` bytes `zp` when given, and more
+    /// inputs and attributes.
+    fn nbits(
+        zp: Option<&[u8]>,
+        extra_inputs: &[&str],
+        attrs: Vec<onnx_protobuf::AttributeProto>,
+    ) -> onnx_protobuf::ModelProto {
+        let u8_tensor = |name: &str, dims: &[i64], data: Vec<u8>| {
+            let mut t = onnx_protobuf::TensorProto::new();
+            t.name = name.to_string();
+            t.data_type = onnx_protobuf::tensor_proto::DataType::UINT8 as i32;
+            t.dims = dims.to_vec();
+            t.raw_data = data;
+            t
+        };
+        let mut inits = vec![
+            u8_tensor("B", &[4, 2, 8], vec![0x98; 64]),
+            f32_tensor("scales", &[8], &[0.5; 8]),
+        ];
+        let mut inputs = vec!["a", "B", "scales"];
+        if let Some(z) = zp {
+            inits.push(u8_tensor("zp", &[4, 1], z.to_vec()));
+            inputs.push("zp");
+        }
+        inputs.extend(extra_inputs);
+        let mut attributes = vec![a_int("K", 32), a_int("N", 4), a_int("block_size", 16)];
+        attributes.extend(attrs);
+        let mut n = node("MatMulNBits", &inputs, &["y"], attributes);
+        n.domain = DOMAIN.to_string();
+        let mut m = model(17, vec![input("a", &["2", "32"])], &["y"], inits, vec![n]);
+        import_domain(&mut m, DOMAIN, 1);
+        m
+    }
+
+    #[test]
+    fn matmul_nbits_imports_b_minus_the_midpoint_times_the_scale() {
+        // Each byte 0x98: elements 8 and 9, so q alternates 0 and 1 along K;
+        // scale 0.5: y = 0.5 · Σ over odd k of a[k].
+        let a: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        let y = run1(
+            &nbits(Some(&[0x88; 4]), &[], vec![]),
+            &[slmcc_ir::Tensor::from_f32(vec![2, 32], a.clone())],
+        );
+        let want: Vec<f32> = (0..2)
+            .flat_map(|r| {
+                let s: f32 = (0..32).filter(|k| k % 2 == 1).map(|k| a[r * 32 + k]).sum();
+                [0.5 * s; 4]
+            })
+            .collect();
+        assert_close(y.as_f32().unwrap(), &want, 1e-6);
+    }
+
+    #[test]
+    fn matmul_nbits_refusals_name_the_input_or_attribute() {
+        let e = import_err(&nbits(Some(&[0x78, 0x88, 0x88, 0x88]), &[], vec![]));
+        assert!(
+            e.contains("only the midpoint zero point (8) in every block"),
+            "{e}"
+        );
+        let e = import_err(&nbits(None, &["", "a"], vec![]));
+        assert!(e.contains("`g_idx`"), "{e}");
+        let e = import_err(&nbits(None, &[], vec![a_int("bits", 2)]));
+        assert!(e.contains("`bits` = 2 is not supported"), "{e}");
+        let mut m = nbits(None, &[], vec![]);
+        m.graph.as_mut().unwrap().node[0].attribute[0] = a_int("K", 24);
+        let e = import_err(&m);
+        assert!(e.contains("multiple of block_size = 16"), "{e}");
     }
 
     #[test]
