@@ -1,5 +1,6 @@
 """Node tests for onnxruntime's contrib ops that slmcc imports
-(SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, MatMulNBits), in the ONNX
+(SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, SkipLayerNormalization,
+FastGelu, MatMulNBits), in the ONNX
 backend test layout (NAME/model.onnx, NAME/test_data_set_0/input_N.pb and
 output_N.pb), with onnxruntime's outputs as the expected ones.
 
@@ -100,6 +101,30 @@ def main() -> None:
     names.append(case(out, "test_skip_simplified_layer_norm_2d_default_eps",
                       [helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y"], domain=MS)],
                       ["x", "s", "g"], ["y"], [x, s, g]))
+    # SkipLayerNormalization (com.microsoft): beta and bias optional.
+    for beta, bias, with_sum in [(False, False, False), (True, False, True), (True, True, True)]:
+        x, sk, g = f(2, 3, 16), f(2, 3, 16), f(16)
+        ins, feeds = ["x", "skip", "g"], [x, sk, g]
+        if beta or bias:
+            ins.append("beta" if beta else "")
+            feeds += [f(16)] if beta else []
+        if bias:
+            ins.append("bias")
+            feeds.append(f(16))
+        outs = ["y", "", "", "sum"] if with_sum else ["y"]
+        node = helper.make_node("SkipLayerNormalization", ins, outs, domain=MS, epsilon=1e-5)
+        names.append(case(out, f"test_skip_layer_norm{'_beta' if beta else ''}{'_bias' if bias else ''}"
+                          f"{'_sum' if with_sum else ''}",
+                          [node], [i for i in ins if i], [o for o in outs if o], feeds))
+    # FastGelu (com.microsoft), with and without the bias. Inputs within
+    # [-3, 3]: below about -4, 1 + tanh(z) cancels, and onnxruntime (whose
+    # tanh saturates to -1 there, giving -0) and slmcc differ by up to
+    # 1.5e-7 absolute, more than the tests' atol 1e-7.
+    for bias in [False, True]:
+        x, b = np.clip(f(2, 5, 8), -2, 2), np.clip(f(8), -1, 1)
+        ins, feeds = (["x", "b"], [x, b]) if bias else (["x"], [x])
+        names.append(case(out, f"test_fast_gelu{'_bias' if bias else ''}",
+                          [helper.make_node("FastGelu", ins, ["y"], domain=MS)], ins, ["y"], feeds))
     # MatMulNBits (com.microsoft): B's bytes [N, K / block, block * bits / 8],
     # 4-bit values low nibble first; the zero point absent or the midpoint.
     # A holds quarter integers and the scales are powers of two, so every

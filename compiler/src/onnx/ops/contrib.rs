@@ -13,6 +13,12 @@
 //!   whose sum is the optional output 3 (`input_skip_bias_sum`). The
 //!   `mean` and `inv_std_var` outputs (1 and 2) are not supported.
 //!
+//! - `SkipLayerNormalization(input, skip, gamma[, beta, bias])`
+//!   (`com.microsoft`): `layer_norm` over the last axis of `input + skip
+//!   (+ bias)`, the sum being output 3; outputs 1 and 2 (the statistics)
+//!   are not supported.
+//! - `FastGelu(X[, bias])` (`com.microsoft`): `gelu` with the tanh
+//!   approximation of `X (+ bias)`.
 //! - `MatMulNBits(A, B, scales[, zero_points, g_idx, bias])`
 //!   (`com.microsoft`): `A` by a block-quantized weight, imported as a
 //!   weight-only `qmatmul` (`activations = "f32"`, group = `block_size`)
@@ -31,6 +37,8 @@
 //! Other `com.microsoft` ops are refused with their name and domain.
 
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
+use slmcc_ir::ops::fused::gelu::{Gelu, GeluApprox};
+use slmcc_ir::ops::layer_norm::LayerNorm;
 use slmcc_ir::ops::quantized::qmatmul::{QActivations, QMatMul};
 use slmcc_ir::ops::rms_norm::RmsNorm;
 use slmcc_ir::{DType, Tensor, TensorData, ValueId};
@@ -53,13 +61,35 @@ pub fn register(reg: &mut OpMap) {
         "SkipSimplifiedLayerNormalization",
         skip_simplified_layer_norm,
     );
+    reg.insert("SkipLayerNormalization", skip_layer_norm);
+    reg.insert("FastGelu", fast_gelu);
     reg.insert("MatMulNBits", matmul_nbits);
 }
 
 fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     ctx.expect_inputs(3, 4)?;
-    let (x, skip, gamma) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
     let eps = ctx.float("epsilon", 1e-12)?;
+    let (sum, gamma) = skip_sum(ctx, 3)?;
+    let y = ctx.add1(RmsNorm { eps, offset: 0.0 }, &[sum, gamma])?;
+    // Outputs 1 and 2 are unnamed here (checked by `skip_sum`): any value
+    // binds nothing to them.
+    Ok(vec![y, y, y, sum])
+}
+
+fn skip_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
+    ctx.expect_inputs(3, 5)?;
+    let eps = ctx.float("epsilon", 1e-12)?;
+    let (sum, gamma) = skip_sum(ctx, 4)?;
+    let mut operands = vec![sum, gamma];
+    operands.extend(ctx.opt_input(3));
+    let y = ctx.add1(LayerNorm { axis: -1, eps }, &operands)?;
+    Ok(vec![y, y, y, sum])
+}
+
+/// The skip ops' `input + skip (+ bias)`, `bias` being input `bias_at`, and
+/// `gamma` (input 2); fails if the statistics outputs (1 and 2) are used.
+fn skip_sum(ctx: &mut Ctx, bias_at: usize) -> R<(ValueId, ValueId)> {
+    let (x, skip, gamma) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
     for (i, what) in [(1, "mean"), (2, "inverse standard deviation")] {
         if ctx.output_used(i) {
             fail!("output {i} (the {what}) is not supported");
@@ -67,13 +97,23 @@ fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     }
     ctx.only_outputs(4, "")?;
     let mut sum = ctx.add1(Binary::new(BinaryKind::Add), &[x, skip])?;
-    if let Some(bias) = ctx.opt_input(3) {
+    if let Some(bias) = ctx.opt_input(bias_at) {
         sum = ctx.add1(Binary::new(BinaryKind::Add), &[sum, bias])?;
     }
-    let y = ctx.add1(RmsNorm { eps, offset: 0.0 }, &[sum, gamma])?;
-    // Outputs 1 and 2 are unnamed here (checked above): any value binds
-    // nothing to them.
-    Ok(vec![y, y, y, sum])
+    Ok((sum, gamma))
+}
+
+fn fast_gelu(ctx: &mut Ctx) -> R<Vec<ValueId>> {
+    ctx.expect_inputs(1, 2)?;
+    ctx.only_outputs(1, "")?;
+    let mut x = ctx.input(0)?;
+    if let Some(bias) = ctx.opt_input(1) {
+        x = ctx.add1(Binary::new(BinaryKind::Add), &[x, bias])?;
+    }
+    let gelu = Gelu {
+        approximate: GeluApprox::Tanh,
+    };
+    Ok(vec![ctx.add1(gelu, &[x])?])
 }
 
 fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
