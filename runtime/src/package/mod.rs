@@ -54,6 +54,7 @@
 pub mod delta;
 pub mod encryption;
 pub mod manifest;
+pub mod progress;
 pub mod sections;
 pub mod signature;
 pub mod stream;

@@ -30,6 +30,7 @@ use prost::Message;
 use slmcc_ir::weights::WeightStore;
 
 use super::encryption::{self, WeightKey};
+use super::progress::Progress;
 use super::sections::{self, SECTION_BYTES};
 use super::{front_matter, weights_offset, Manifest, NpuWeights, WeightSections, WEIGHTS_ALIGN};
 
@@ -119,10 +120,14 @@ fn write_in_windows(
                 written: 0,
                 window,
                 report: &report,
+                progress: Progress::on_terminal(&layout),
             };
             weights.write_safetensors_to(&layout, &mut w, true)?;
             w.inner.flush()?;
             let _ = report.send(w.written);
+            if let Some(p) = &mut w.progress {
+                p.finish();
+            }
             std::io::Result::Ok(w.written)
         })();
         drop(report);
@@ -178,12 +183,13 @@ fn write_in_windows(
 
 /// A writer that reports, each time it has written past another multiple
 /// of `window` bytes, how many bytes it has written and flushed to the
-/// file.
+/// file (and updates the progress line, if any).
 struct Flushed<'a, W: Write> {
     inner: W,
     written: usize,
     window: usize,
     report: &'a std::sync::mpsc::Sender<usize>,
+    progress: Option<Progress>,
 }
 
 impl<W: Write> Write for Flushed<'_, W> {
@@ -194,6 +200,9 @@ impl<W: Write> Write for Flushed<'_, W> {
         if self.written / self.window > before / self.window {
             self.inner.flush()?;
             let _ = self.report.send(self.written);
+            if let Some(p) = &mut self.progress {
+                p.update(self.written);
+            }
         }
         Ok(n)
     }
