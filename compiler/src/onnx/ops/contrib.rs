@@ -1,7 +1,7 @@
-//! onnxruntime's normalisation contrib ops, which its transformer optimizer
-//! and onnxruntime-genai's model builder write, mapped onto the IR's
-//! `rms_norm` (the fusion pass then makes `add` + `rms_norm` one
-//! `add_rms_norm`):
+//! onnxruntime's contrib ops that its transformer optimizer and
+//! onnxruntime-genai's model builder write, mapped onto IR ops (the fusion
+//! pass then makes an `add` + `rms_norm` one `add_rms_norm`, as for any
+//! export):
 //!
 //! - `SimplifiedLayerNormalization(X, scale)` (in the default domain, where
 //!   onnxruntime registers it, not `com.microsoft`): `X / √(mean(X²) + ε) ·
@@ -12,7 +12,6 @@
 //!   (`com.microsoft`): the same normalisation of `input + skip (+ bias)`,
 //!   whose sum is the optional output 3 (`input_skip_bias_sum`). The
 //!   `mean` and `inv_std_var` outputs (1 and 2) are not supported.
-//!
 //! - `SkipLayerNormalization(input, skip, gamma[, beta, bias])`
 //!   (`com.microsoft`): `layer_norm` over the last axis of `input + skip
 //!   (+ bias)`, the sum being output 3; outputs 1 and 2 (the statistics)
@@ -29,10 +28,9 @@
 //!   must be the midpoint, 8 for 4 bits and 128 for 8 (what onnxruntime
 //!   assumes when `zero_points` is absent, and what a symmetric quantizer
 //!   writes); other zero points, `g_idx`, and a `K` that is not a multiple
-//!   of the block are refused. Every `accuracy_level` is accepted and
-//!   computed in `f32` (level 4 lets onnxruntime quantize `A` to int8;
-//!   slmcc's `f32` product is at least as accurate). `B`, `scales` and
-//!   `zero_points` must be initializers.
+//!   of the block are refused. Every `accuracy_level` is accepted: level
+//!   4 lets onnxruntime quantize `A` to int8, slmcc keeps `A` in `f32` at
+//!   every level. `B`, `scales` and `zero_points` must be initializers.
 //!
 //! Other `com.microsoft` ops are refused with their name and domain.
 
