@@ -75,8 +75,19 @@ struct Symbols {
 
 impl Symbols {
     /// The symbol for a `dim_param`: the same param always gives the same
-    /// symbol, distinct params distinct symbols.
+    /// symbol, distinct params distinct symbols. A sum of params and
+    /// integers (`past_sequence_length + sequence_length`, as Optimum
+    /// writes for the present KV length) is that sum of their symbols.
     fn param(&mut self, p: &str) -> Dim {
+        let terms: Vec<&str> = p.split('+').map(str::trim).collect();
+        if terms.len() > 1 && terms.iter().all(|t| is_param_term(t)) {
+            return terms
+                .iter()
+                .fold(Dim::fixed(0), |sum, t| match t.parse::<i64>() {
+                    Ok(v) => &sum + &Dim::fixed(v),
+                    Err(_) => &sum + &self.param(t),
+                });
+        }
         if let Some(s) = self.by_param.get(p) {
             return Dim::sym(s);
         }
@@ -102,6 +113,15 @@ impl Symbols {
             }
         }
     }
+}
+
+/// A term of a summed `dim_param`: a non-negative integer, or a name
+/// (`[A-Za-z_][A-Za-z0-9_.]*`).
+fn is_param_term(t: &str) -> bool {
+    t.parse::<u32>().is_ok()
+        || t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
 }
 
 /// A valid dim symbol `[A-Za-z_][A-Za-z0-9_]*` that is not a reserved word.
@@ -585,6 +605,30 @@ mod tests {
     use onnx_protobuf::attribute_proto::AttributeType;
 
     #[test]
+    fn a_summed_dim_param_matches_the_sum_the_graph_computes() {
+        // Optimum's attention mask covers the past and the new tokens.
+        let m = model(
+            17,
+            vec![
+                input("past", &["1", "past_sequence_length"]),
+                input("x", &["1", "sequence_length"]),
+                input("mask", &["1", "past_sequence_length + sequence_length"]),
+            ],
+            &["y"],
+            vec![],
+            vec![
+                node("Concat", &["past", "x"], &["all"], vec![a_int("axis", 1)]),
+                node("Add", &["all", "mask"], &["y"], vec![]),
+            ],
+        );
+        let text = import_text(&m);
+        assert!(
+            text.contains("%y = add %all, %mask : f32[1, past_sequence_length+sequence_length]"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn symbols_are_sanitized_and_distinct() {
         assert_eq!(sanitize_symbol("batch_size"), "batch_size");
         assert_eq!(sanitize_symbol("seq len+1"), "seq_len_1");
@@ -596,6 +640,15 @@ mod tests {
         let mut s = Symbols::default();
         assert_eq!(s.param("a b").to_string(), "a_b");
         assert_eq!(s.param("a_b").to_string(), "a_b_1");
+        // Sums of params and integers are sums of their symbols.
+        let sum = s.param("past_sequence_length + sequence_length");
+        let want = &s.param("past_sequence_length") + &s.param("sequence_length");
+        assert_eq!(sum, want);
+        assert_eq!(s.param("seq+1"), &s.param("seq") + &Dim::fixed(1));
+        // Not a sum of terms: one opaque symbol.
+        let odd = s.param("a + ");
+        assert_eq!(odd.symbols().len(), 1);
+        assert_ne!(odd, s.param("a"));
         assert_eq!(s.param("a b").to_string(), "a_b");
         assert_eq!(s.param("unk0").to_string(), "unk0");
         assert_eq!(s.fresh().to_string(), "unk1");
