@@ -660,15 +660,9 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
                 .ok_or_else(no_data)?
                 .map_err(|e| format!("weight @{name} ({}): {e}", Rtn.name()))?,
             Method::Gptq => {
-                let data = store
-                    .tensor(name)
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(no_data)?;
-                // Half-precision weights widen exactly to f32 before quantizing.
-                let data = match data.dtype() {
-                    DType::F32 => data,
-                    _ => std::sync::Arc::new(data.cast(DType::F32)),
-                };
+                if !store.get(name).is_some_and(|w| w.has_data()) {
+                    return Err(no_data());
+                }
                 let hname = format!("{name}{HESSIAN_SUFFIX}");
                 let h = store.tensor(&hname).map_err(|e| e.to_string())?.ok_or_else(|| {
                 format!("weight @{name} has no calibration Hessian @{hname} (gptq needs --calib)")
@@ -677,7 +671,13 @@ fn quantize_weight(store: &mut WeightStore, name: &str, cfg: &Config) -> Result<
                     .as_f32()
                     .ok_or_else(|| format!("@{hname} is {}, not f32", h.dtype()))?;
                 let gptq = Gptq { hessian };
-                gptq.quantize(&data, scheme)
+                // Read in place when mapped, as for RTN.
+                store
+                    .with_f32(name, |shape, values| {
+                        gptq.quantize_values(shape, values, scheme)
+                    })
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(no_data)?
                     .map_err(|e| format!("weight @{name} ({}): {e}", gptq.name()))?
             }
         };

@@ -17,9 +17,7 @@
 //! order would need per-row group indices, which `qmatmul` does not
 //! have). Arithmetic in f64.
 
-use slmcc_ir::Tensor;
-
-use super::rtn::{checked, pack, QuantizedWeight, Scheme};
+use super::rtn::{checked, pack, QuantizedWeight, Scheme, WeightQuantizer};
 
 /// Damping: this fraction of the mean diagonal is added to the diagonal.
 pub const DAMP: f64 = 0.01;
@@ -30,14 +28,19 @@ pub struct Gptq<'a> {
     pub hessian: &'a [f32],
 }
 
-impl Gptq<'_> {
-    pub fn name(&self) -> &'static str {
+/// See the module docs.
+impl WeightQuantizer for Gptq<'_> {
+    fn name(&self) -> &'static str {
         "gptq"
     }
 
-    /// Quantizes `w` under `scheme` (see the module docs).
-    pub fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
-        let ((k, n), data, levels) = checked(w, scheme)?;
+    fn quantize_values(
+        &self,
+        shape: &[usize],
+        data: &[f32],
+        scheme: Scheme,
+    ) -> Result<QuantizedWeight, String> {
+        let ((k, n), data, levels) = checked(shape, data, scheme)?;
         let g = scheme.group;
         if self.hessian.len() != k * k {
             return Err(format!(
@@ -151,8 +154,9 @@ fn inverse_upper_factor(h: &[f64], k: usize) -> Result<Vec<f64>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::rtn::{Rtn, WeightQuantizer};
+    use super::super::rtn::Rtn;
     use super::*;
+    use slmcc_ir::Tensor;
 
     /// A small xorshift generator (no dependency).
     fn values(seed: u64, n: usize) -> Vec<f32> {

@@ -1,6 +1,6 @@
 //! Weight quantizers for `quantize`: the [`WeightQuantizer`] interface and
 //! round-to-nearest ([`Rtn`]); GPTQ (`gptq.rs`), which also needs the
-//! layer's calibration statistics, produces the same `qmatmul` operands.
+//! layer's calibration statistics, implements the same interface.
 
 use slmcc_ir::ops::qmatmul::MAX_GROUP;
 use slmcc_ir::{DType, Tensor, TensorData};
@@ -61,8 +61,22 @@ pub struct QuantizedWeight {
 pub trait WeightQuantizer {
     /// A short name for messages.
     fn name(&self) -> &'static str;
-    /// Quantizes `w` under `scheme`; `Err` explains why it cannot be.
-    fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String>;
+    /// Quantizes the weight of `shape` whose values are `data` (borrowed:
+    /// from a mapped file, say) under `scheme`; `Err` explains why it
+    /// cannot be.
+    fn quantize_values(
+        &self,
+        shape: &[usize],
+        data: &[f32],
+        scheme: Scheme,
+    ) -> Result<QuantizedWeight, String>;
+    /// [`WeightQuantizer::quantize_values`] of `w`, which must be `f32`.
+    fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
+        let data = w
+            .as_f32()
+            .ok_or_else(|| format!("weight is {}, not f32", w.dtype()))?;
+        self.quantize_values(w.shape(), data, scheme)
+    }
 }
 
 /// Round-to-nearest, symmetric, in `f32`: per group `g` of `group` rows and
@@ -77,24 +91,13 @@ impl WeightQuantizer for Rtn {
         "rtn"
     }
 
-    fn quantize(&self, w: &Tensor, scheme: Scheme) -> Result<QuantizedWeight, String> {
-        let Some(data) = w.as_f32() else {
-            return Err(format!("weight is {}, not f32", w.dtype()));
-        };
-        self.quantize_values(w.shape(), data, scheme)
-    }
-}
-
-impl Rtn {
-    /// [`WeightQuantizer::quantize`] of the weight of `shape` whose values
-    /// are `data` (borrowed: from a mapped file, say).
-    pub fn quantize_values(
+    fn quantize_values(
         &self,
         shape: &[usize],
         data: &[f32],
         scheme: Scheme,
     ) -> Result<QuantizedWeight, String> {
-        let ((k, n), data, levels) = checked_values(shape, data, scheme)?;
+        let ((k, n), data, levels) = checked(shape, data, scheme)?;
         let g = scheme.group;
         let groups = k / g;
         // Row-major passes (cache-friendly for wide weights), over blocks of
@@ -197,17 +200,10 @@ fn for_row_blocks_mut<T: Send>(
 /// the levels of the scheme's bits.
 pub(super) type Checked<'a> = ((usize, usize), &'a [f32], Levels);
 
-/// A weight as every quantizer checks it: `[K, N]`, `f32`, finite, and
-/// `K` a multiple of the scheme's group (at most [`MAX_GROUP`]).
-pub(super) fn checked(w: &Tensor, scheme: Scheme) -> Result<Checked<'_>, String> {
-    let Some(data) = w.as_f32() else {
-        return Err(format!("weight is {}, not f32", w.dtype()));
-    };
-    checked_values(w.shape(), data, scheme)
-}
-
-/// [`checked`] of a weight given as its shape and values.
-fn checked_values<'a>(
+/// A weight of `shape` whose values are `data`, as every quantizer checks
+/// it: `[K, N]`, finite, and `K` a multiple of the scheme's group (at most
+/// [`MAX_GROUP`]).
+pub(super) fn checked<'a>(
     shape: &[usize],
     data: &'a [f32],
     scheme: Scheme,
