@@ -605,8 +605,8 @@ pub struct CompileArgs {
 const COMPILE_AFTER_HELP: &str = "\
 Pipeline:
   By default
-    shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,widen-half,
-    bucket-specialize{buckets=B},plan-memory
+    decoder-inputs,shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,
+    widen-half,bucket-specialize{buckets=B},plan-memory
   where B is --buckets (default 128,256,512), or profile=FILE,max-buckets=K
   from --bucket-profile.
   --passes replaces it; bucket-specialize{...} is appended when the pipeline

@@ -13,7 +13,8 @@ use slmcc_passes::{PassError, PassRecord};
 /// The passes before bucket specialisation in the default pipeline: fold
 /// the shape bookkeeping, fuse the transformer blocks, clean up. Also what
 /// runs before the reference interpreter and the unplanned cpu backend.
-pub const FUSION_PIPELINE: &str = "shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
+pub const FUSION_PIPELINE: &str =
+    "decoder-inputs,shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse";
 
 /// Weight quantization (`--quant`): `None` keeps the weights `f32`, else
 /// the `quantize` pass runs after fusion with these options.

@@ -401,7 +401,7 @@ fn dash_output_is_stdout() {
 fn bad_pipelines_are_rejected_with_valid_names() {
     expect_bad_input(
         &["opt", EXAMPLE, "--passes", "dce,frobnicate"],
-        "unknown pass `frobnicate` (valid passes: verify, shape-infer, const-fold, dce, cse,",
+        "unknown pass `frobnicate` (valid passes: verify, decoder-inputs, shape-infer, const-fold, dce, cse,",
     );
     expect_bad_input(
         &["opt", EXAMPLE, "--passes", "const-fold{bogus=1}"],

@@ -11,8 +11,8 @@ use crate::options::{OptionSpec, PassOptions};
 use crate::pass::{Invalidates, Pass, PassError, Requires};
 use crate::pipeline::PipelineEntry;
 use crate::transforms::{
-    bucket_specialize, kv_cache, last_logits, pack_weights, partition, plan_memory, quantize,
-    widen_half,
+    bucket_specialize, decoder_inputs, kv_cache, last_logits, pack_weights, partition, plan_memory,
+    quantize, widen_half,
 };
 use crate::transforms::{canonicalize, const_fold, cse, dce, eqsat_fuse, shape_infer, verify};
 
@@ -53,6 +53,17 @@ pub static PASSES: &[PassInfo] = &[
         keeps_outputs: true,
         statistics: || Vec::new(),
         create: |_| Ok(Box::new(verify::Verify)),
+    },
+    PassInfo {
+        name: "decoder-inputs",
+        summary: "a decoder at batch 1: batch bound, attention_mask and position_ids computed, `seq` named",
+        options: decoder_inputs::OPTIONS,
+        requires: Requires::Any,
+        invalidates: Invalidates::Plans,
+        establishes: None,
+        keeps_outputs: true,
+        statistics: || vec!["batch-bound", "symbols-renamed", "inputs-defaulted"],
+        create: |o| Ok(Box::new(decoder_inputs::DecoderInputs::from_options(o))),
     },
     PassInfo {
         name: "shape-infer",

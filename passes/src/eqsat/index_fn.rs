@@ -3,7 +3,8 @@
 //!
 //! Exporters build the causal mask from `range`, `unsqueeze`, `slice`,
 //! `concat`, `gather_nd` (dynamo) or `gather` from a `[seq, 1]` reshape
-//! (TorchScript's `Flatten`), comparisons, `cum_sum` and `where` over
+//! (TorchScript's `Flatten`), comparisons, `cum_sum`, `where` and fills
+//! (`constant_of_shape`: a padding mask known to keep everything) over
 //! symbolic lengths, so no constant folding can see it. An [`IndexFn`] describes such
 //! a value exactly as pieces: each an affine guard over the index variables
 //! `i0, i1, ...` and the shape's symbols (`seq`), and on it an affine integer
@@ -541,6 +542,11 @@ pub fn infer(op: &Op, ins: &[(&Fact, Option<&IndexFn>)], out: &Fact) -> Option<I
                 Some(pieces_of(d.reindex(&read)))
             })
         }
+        // A fill of symbolic shape (an all-ones `attention_mask` at batch 1).
+        Op::ConstantOfShape(c) => Some(IndexFn::constant(match out.ty.dtype {
+            DType::Bool => Val::Bool(c.value.get_i64(0) != 0),
+            _ => Val::Int(Lin::constant(c.value.get_i64(0))),
+        })),
         Op::CumSum(_) => {
             let zero = f(0)?
                 .pieces

@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use slmcc_ir::{Attr, Attrs, BucketInfo, Dim, Graph, Module, Op, OpDef, TensorType};
+use slmcc_ir::{BucketInfo, Dim, Graph, Module, TensorType};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
 use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::specialize::substitute_everywhere;
 use crate::transforms::const_fold::{self, ConstFold};
 use crate::transforms::{dce::Dce, shape_infer::ShapeInfer};
 
@@ -229,15 +230,6 @@ pub fn padded_tokens(histogram: &[(usize, u64)], buckets: &[usize]) -> Option<u1
     })
 }
 
-/// `a` with every dim substituted.
-fn subst_attr(a: Attr, subst: &HashMap<String, Dim>) -> Attr {
-    match a {
-        Attr::Dim(d) => Attr::dim(&d.substitute(subst)),
-        Attr::List(items) => Attr::List(items.into_iter().map(|i| subst_attr(i, subst)).collect()),
-        other => other,
-    }
-}
-
 /// True when a type mentions the symbol.
 fn mentions(ty: &TensorType, symbol: &str) -> bool {
     ty.shape
@@ -252,54 +244,8 @@ fn bind_graph(g: &Graph, symbol: &str, size: usize, name: String) -> Result<Grap
     let subst: HashMap<String, Dim> = [(symbol.to_string(), Dim::fixed(size as i64))].into();
     let mut out = g.clone();
     out.name = name;
-    let ids: Vec<_> = out.values().map(|(id, _)| id).collect();
-    for id in ids {
-        let v = out.value_mut(id);
-        if mentions(&v.ty, symbol) {
-            v.ty = TensorType::new(v.ty.dtype, v.ty.shape.substitute(&subst));
-        }
-    }
-    for i in 0..out.nodes.len() {
-        let op = &out.nodes[i].op;
-        let concrete_constant = matches!(op, Op::Constant(c)
-            if matches!(c.value, slmcc_ir::Known::Tensor(_)) && c.ty.shape.as_fixed().is_some());
-        if concrete_constant {
-            continue;
-        }
-        let attrs = op.attrs();
-        let symbolic = attrs.iter().any(|(_, a)| attr_mentions(a, symbol))
-            || matches!(op, Op::Constant(c) if mentions(&c.ty, symbol));
-        if !symbolic {
-            continue;
-        }
-        let types: Vec<TensorType> = out.nodes[i]
-            .outputs
-            .iter()
-            .map(|&v| out.ty(v).clone())
-            .collect();
-        let attrs = Attrs::from_pairs(
-            attrs
-                .into_iter()
-                .map(|(k, a)| (k.to_string(), subst_attr(a, &subst))),
-        );
-        let mnemonic = op.mnemonic();
-        out.nodes[i].op = Op::build(mnemonic, attrs, &types).map_err(|e| {
-            format!(
-                "graph @{}, node {}: cannot bind {symbol} in `{mnemonic}`: {e}",
-                out.name,
-                slmcc_ir::verify::node_label(&out, i)
-            )
-        })?;
-    }
+    substitute_everywhere(&mut out, &subst)?;
     Ok(out)
-}
-
-fn attr_mentions(a: &Attr, symbol: &str) -> bool {
-    match a {
-        Attr::Dim(d) => d.symbols().contains(&symbol),
-        Attr::List(items) => items.iter().any(|i| attr_mentions(i, symbol)),
-        _ => false,
-    }
 }
 
 impl Pass for BucketSpecialize {

@@ -6,6 +6,7 @@ pub mod canonicalize;
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
+pub mod decoder_inputs;
 pub mod eqsat_fuse;
 pub mod kv_cache;
 pub mod last_logits;
