@@ -1,6 +1,6 @@
 """Node tests for onnxruntime's contrib ops that slmcc imports
 (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, SkipLayerNormalization,
-FastGelu, MatMulNBits), in the ONNX
+FastGelu, MatMulNBits, GroupQueryAttention), in the ONNX
 backend test layout (NAME/model.onnx, NAME/test_data_set_0/input_N.pb and
 output_N.pb), with onnxruntime's outputs as the expected ones.
 
@@ -141,8 +141,9 @@ def main() -> None:
         # Large enough for B to import as a module weight (not a constant):
         # compiler/tests/contrib.rs checks that its package stays 4-bit.
         (4, 512, 256, 32, False, False, 0, (1, 3, 512)),
+        (4, 48, 8, 32, False, False, 0, (1, 2, 48)),  # the last block padded past K
     ]:
-        blocks, mid = k // block, 1 << (bits - 1)
+        blocks, mid = -(-k // block), 1 << (bits - 1)
         values = rng.integers(0, 1 << bits, size=(n, blocks, block), dtype=np.uint8)
         if bits == 4:
             b = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
@@ -182,6 +183,42 @@ def main() -> None:
             y4, y0 = ort_run(m(4), ["y"], ["a"], [a])[0], ort_run(m(0), ["y"], ["a"], [a])[0]
             print(f"{name}: onnxruntime at level 4 is {np.abs(y4 - y0).max() / np.abs(y0).max():.2e} "
                   "(max |diff| / max |y|) from its f32 run")
+    # GroupQueryAttention (com.microsoft): packed or separate QKV, rotary or not,
+    # a past of 0 (the prompt) or more tokens, softcap. seqlens_k and
+    # total_sequence_length are what onnxruntime-genai feeds for one unpadded
+    # sequence; the rotary caches are [max_pos, rotary_dim / 2] initializers.
+    for packed, rotary, interleaved, past, seq, softcap, scale in [
+        (True, False, False, 3, 2, 0.0, 0.0),
+        (True, True, False, 0, 4, 0.0, 0.0),
+        (True, True, False, 5, 1, 0.0, 0.3),
+        (False, True, True, 2, 3, 5.0, 0.0),
+    ]:
+        heads, kv_heads, d, max_pos = 4, 2, 16, 16  # onnxruntime: head size a multiple of 16
+        total = past + seq
+        pos = np.arange(max_pos, dtype=np.float32)[:, None]
+        freq = pos / (10000.0 ** (np.arange(0, d, 2, dtype=np.float32) / d))
+        inits = [("seqlens_k", np.array([total - 1], np.int32)),
+                 ("total_len", np.array([total], np.int32))]
+        if packed:
+            ins, feeds = ["qkv", "", ""], [f(1, seq, (heads + 2 * kv_heads) * d)]
+        else:
+            ins, feeds = ["q", "k", "v"], [f(1, seq, heads * d), f(1, seq, kv_heads * d),
+                                          f(1, seq, kv_heads * d)]
+        ins += ["past_k", "past_v", "seqlens_k", "total_len"]
+        feeds += [f(1, kv_heads, past, d), f(1, kv_heads, past, d)]
+        if rotary:
+            ins += ["cos", "sin"]
+            inits += [("cos", np.cos(freq)), ("sin", np.sin(freq))]
+        attrs = dict(num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary),
+                     rotary_interleaved=int(interleaved), softcap=softcap, scale=scale)
+        node = helper.make_node("GroupQueryAttention", ins, ["y", "present_k", "present_v"],
+                                domain=MS, **attrs)
+        graph_ins = [i for i in ins if i and i not in dict(inits)]
+        names.append(case(out, f"test_group_query_attention{'_packed' if packed else ''}"
+                          f"{'_rotary' if rotary else ''}{'_interleaved' if interleaved else ''}"
+                          f"_past{past}_seq{seq}{'_softcap' if softcap else ''}"
+                          f"{'_scale' if scale else ''}",
+                          [node], graph_ins, ["y", "present_k", "present_v"], feeds, inits=inits))
     manifest = out.parent / "manifest.txt"
     manifest.write_text(
         "# onnxruntime contrib-op node tests (testdata/contrib/generate.py, onnxruntime "

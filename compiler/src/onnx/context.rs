@@ -379,6 +379,33 @@ impl<'a, 'm> Ctx<'a, 'm> {
         self.add1(Constant::from_known(ty, Known::from_dims(vec![n], v)), &[])
     }
 
+    /// A scalar `i64` constant of a (possibly symbolic) dim.
+    pub fn scalar_dims(&mut self, d: Dim) -> R<ValueId> {
+        let ty = TensorType::scalar(DType::I64);
+        self.add1(
+            Constant::from_known(ty, Known::from_dims(vec![], vec![d])),
+            &[],
+        )
+    }
+
+    /// Binds the dim symbol `symbol` to `dim` in everything imported so far
+    /// (graph inputs, results and their facts), for an input dim that an
+    /// op's semantics fixes: `GroupQueryAttention`'s past head size, which
+    /// onnxruntime-genai's builder declares as the symbol `kv_cache_dim`.
+    pub fn bind_symbol(&mut self, symbol: &str, dim: Dim) -> R<()> {
+        let subst = std::collections::HashMap::from([(symbol.to_string(), dim)]);
+        slmcc_passes::specialize::substitute_everywhere(&mut self.imp.graph, &subst)?;
+        let graph = &self.imp.graph;
+        for (id, fact) in self.imp.facts.iter_mut() {
+            fact.ty = graph.ty(*id).clone();
+            if let Some(Known::Dims(s)) = &fact.value {
+                let values = s.values.iter().map(|v| v.substitute(&subst)).collect();
+                fact.value = Some(Known::from_dims(s.shape.clone(), values));
+            }
+        }
+        Ok(())
+    }
+
     /// A scalar constant of `dtype` holding `v` (converted as by `Cast`).
     pub fn scalar(&mut self, dtype: DType, v: f64) -> R<ValueId> {
         let t = Tensor::from_f64(dtype, Vec::new(), &[v]).map_err(|e| e.to_string())?;

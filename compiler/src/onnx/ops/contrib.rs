@@ -21,16 +21,20 @@
 //! - `MatMulNBits(A, B, scales[, zero_points, g_idx, bias])`
 //!   (`com.microsoft`): `A` by a block-quantized weight, imported as a
 //!   weight-only `qmatmul` (`activations = "f32"`, group = `block_size`)
-//!   with no loss: `B`'s `[N, K / block, block · bits / 8]` bytes (`bits`
+//!   with no loss: `B`'s `[N, ⌈K / block⌉, block · bits / 8]` bytes (`bits`
 //!   4, low nibble first, or 8) minus the zero point are the `i4`/`i8`
-//!   weight `q[K, N]`, exactly, and `scales` (`[N, K / block]`) its scales
+//!   weight `q[K, N]`, exactly, and `scales` (`[N, ⌈K / block⌉]`) its scales
 //!   transposed; `B` and `scales` are dropped once read. The zero point
 //!   must be the midpoint, 8 for 4 bits and 128 for 8 (what onnxruntime
 //!   assumes when `zero_points` is absent, and what a symmetric quantizer
-//!   writes); other zero points, `g_idx`, and a `K` that is not a multiple
-//!   of the block are refused. Every `accuracy_level` is accepted: level
+//!   writes); other zero points and `g_idx` are refused. A `K` that is not
+//!   a multiple of the block (the last block padded, as the genai builder
+//!   writes for an MLP of 176 rows in blocks of 32) becomes groups of
+//!   `gcd(K, block)` rows, each with its block's scale. Every `accuracy_level` is accepted: level
 //!   4 lets onnxruntime quantize `A` to int8, slmcc keeps `A` in `f32` at
 //!   every level. `B`, `scales` and `zero_points` must be initializers.
+//!
+//! - `GroupQueryAttention`: see `gqa.rs`.
 //!
 //! Other `com.microsoft` ops are refused with their name and domain.
 
@@ -62,6 +66,7 @@ pub fn register(reg: &mut OpMap) {
     reg.insert("SkipLayerNormalization", skip_layer_norm);
     reg.insert("FastGelu", fast_gelu);
     reg.insert("MatMulNBits", matmul_nbits);
+    reg.insert("GroupQueryAttention", super::gqa::group_query_attention);
 }
 
 fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
@@ -114,6 +119,14 @@ fn fast_gelu(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     Ok(vec![ctx.add1(gelu, &[x])?])
 }
 
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
 fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     ctx.expect_inputs(3, 6)?;
     ctx.only_outputs(1, "")?;
@@ -130,14 +143,19 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     if block < 16 || !(block as u64).is_power_of_two() {
         fail!("attribute `block_size` = {block} is not a power of two of at least 16");
     }
-    if k <= 0 || n <= 0 || k % block != 0 {
-        fail!("K = {k}, N = {n}: K must be a positive multiple of block_size = {block}");
+    if k <= 0 || n <= 0 {
+        fail!("K = {k}, N = {n} must be positive");
     }
     if ctx.opt_input(4).is_some() {
         fail!("input 4 (`g_idx`) is not supported");
     }
     let (k, n, block) = (k as usize, n as usize, block as usize);
-    let blocks = k / block;
+    // The last block may be padded past K.
+    let blocks = k.div_ceil(block);
+    // `qmatmul` groups divide K: a padded last block is cut into groups
+    // of gcd(K, block) rows, each with its block's scale (exact).
+    let group = gcd(k, block);
+    let per_block = block / group;
     let blob = block * bits as usize / 8;
     let b = ctx
         .input_data(1)?
@@ -158,7 +176,7 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let scales = scales.as_f32().expect("cast to f32");
     if scales.len() != n * blocks {
         fail!(
-            "input 2 (`scales`) has {} values, N · K / block_size = {} needed",
+            "input 2 (`scales`) has {} values, N · ⌈K / block_size⌉ = {} needed",
             scales.len(),
             n * blocks
         );
@@ -202,10 +220,11 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
             q[kk * n + row] = (i16::from(v) - i16::from(mid)) as i8;
         }
     }
-    let mut scale = vec![0f32; blocks * n];
+    let groups = k / group;
+    let mut scale = vec![0f32; groups * n];
     for (row, s) in scales.chunks_exact(blocks).enumerate() {
-        for (blk, &v) in s.iter().enumerate() {
-            scale[blk * n + row] = v;
+        for g in 0..groups {
+            scale[g * n + row] = s[g / per_block];
         }
     }
     let data = match bits {
@@ -213,7 +232,7 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
         _ => TensorData::I8(q),
     };
     let q = Tensor::new(vec![k, n], data).map_err(|e| e.to_string())?;
-    let scale = Tensor::from_f32(vec![blocks, n], scale);
+    let scale = Tensor::from_f32(vec![groups, n], scale);
     // `B`, `scales` and `zero_points` are read into the new weights.
     for i in 1..=3 {
         ctx.supersede(i);
@@ -222,7 +241,7 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let (q, scale) = (ctx.new_weight("q", q), ctx.new_weight("scale", scale));
     let op = QMatMul {
         activations: QActivations::F32,
-        ..QMatMul::new(bits, block as i64).map_err(|e| e.to_string())?
+        ..QMatMul::new(bits, group as i64).map_err(|e| e.to_string())?
     };
     let mut y = ctx.add1(op, &[a, q, scale])?;
     if let Some(bias) = ctx.opt_input(5) {

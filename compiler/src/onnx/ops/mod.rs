@@ -18,6 +18,7 @@ pub mod constant;
 pub mod contrib;
 pub mod elementwise;
 pub mod gather;
+pub mod gqa;
 pub mod logic;
 pub mod matmul;
 pub mod misc;

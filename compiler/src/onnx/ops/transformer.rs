@@ -76,7 +76,7 @@ fn transpose(ctx: &mut Ctx, x: ValueId, perm: &[i64]) -> R<ValueId> {
 }
 
 /// `[b, s, heads · d]` → `[b, heads, s, d]`.
-fn split_heads(ctx: &mut Ctx, x: ValueId, heads: i64, what: &str) -> R<ValueId> {
+pub(super) fn split_heads(ctx: &mut Ctx, x: ValueId, heads: i64, what: &str) -> R<ValueId> {
     let dims = ctx.ty(x).shape.dims().to_vec();
     let Some(d) = dims[2].div_exact(&Dim::fixed(heads)) else {
         fail!("{what} {} does not split into {heads} heads", ctx.ty(x));
@@ -90,7 +90,7 @@ fn split_heads(ctx: &mut Ctx, x: ValueId, heads: i64, what: &str) -> R<ValueId> 
 }
 
 /// `[b, heads, s, d]` → `[b, s, heads · d]`.
-fn merge_heads(ctx: &mut Ctx, x: ValueId) -> R<ValueId> {
+pub(super) fn merge_heads(ctx: &mut Ctx, x: ValueId) -> R<ValueId> {
     let dims = ctx.ty(x).shape.dims().to_vec();
     let t = transpose(ctx, x, &[0, 2, 1, 3])?;
     reshape(
@@ -101,7 +101,7 @@ fn merge_heads(ctx: &mut Ctx, x: ValueId) -> R<ValueId> {
 }
 
 /// A `[.., r/2]` cache as the `[.., r]` table `rope` reads.
-fn full_table(ctx: &mut Ctx, c: ValueId, interleaved: bool) -> R<ValueId> {
+pub(super) fn full_table(ctx: &mut Ctx, c: ValueId, interleaved: bool) -> R<ValueId> {
     if !interleaved {
         return ctx.add1(Concat { axis: -1 }, &[c, c]);
     }
