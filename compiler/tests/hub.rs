@@ -1,0 +1,175 @@
+//! The ONNX that users download, for tiny Llama, Qwen2 and Phi-3 decoders:
+//! Optimum's exports with and without past (`testdata/hub/export_optimum.py`)
+//! against onnxruntime's greedy tokens, and onnxruntime-genai's model
+//! builder's fp32 and int4 models (`testdata/hub/export_genai.py`) against
+//! onnxruntime-genai's (`testdata/hub/expected.json`).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{generate_tokens, ok, refused, repo, s, scratch_dir, slmcc, stdout};
+use slmcc_ir::Tensor;
+use slmcc_runtime::npy;
+
+const NEW_TOKENS: usize = 32;
+
+struct Expected {
+    model: PathBuf,
+    prompt: Vec<i64>,
+    tokens: Vec<i64>,
+}
+
+fn expected(prefix: &str) -> Vec<Expected> {
+    let hub = repo().join("testdata/hub");
+    let text = std::fs::read_to_string(hub.join("expected.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ints = |v: &serde_json::Value| -> Vec<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_i64().unwrap())
+            .collect()
+    };
+    let all: Vec<Expected> = json
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(name, e)| Expected {
+            model: hub.join(name),
+            prompt: ints(&e["prompt"]),
+            tokens: ints(&e["tokens"]),
+        })
+        .collect();
+    assert!(!all.is_empty(), "no expected tokens for {prefix}");
+    all
+}
+
+#[test]
+fn optimum_exports_generate_onnxruntimes_greedy_tokens() {
+    for e in expected("from_optimum/") {
+        let got = generate_tokens(&e.model, &e.prompt, NEW_TOKENS, &[]);
+        assert_eq!(got, e.tokens, "{}", e.model.display());
+    }
+}
+
+#[test]
+fn genai_models_generate_onnxruntime_genais_greedy_tokens() {
+    for e in expected("from_genai/") {
+        let got = generate_tokens(&e.model, &e.prompt, NEW_TOKENS, &[]);
+        assert_eq!(got, e.tokens, "{}", e.model.display());
+    }
+}
+
+/// A name for a model of `testdata/hub`: `from_genai/llama_int4/model.onnx`
+/// -> `genai-llama_int4`.
+fn tag(model: &std::path::Path) -> String {
+    let rel = model.strip_prefix(repo().join("testdata/hub")).unwrap();
+    let rel = rel.to_str().unwrap().trim_end_matches("/model.onnx");
+    rel.trim_end_matches(".onnx")
+        .replace("from_", "")
+        .replace('/', "-")
+}
+
+/// `compile MODEL --target TARGET --kv-cache --buckets 16 [extra]`.
+fn compile_kv(model: &std::path::Path, pkg: &std::path::Path, target: &str, extra: &[&str]) {
+    let mut args = vec![
+        "compile",
+        s(model),
+        "--target",
+        target,
+        "--kv-cache",
+        "--buckets",
+        "16",
+        "-o",
+        s(pkg),
+    ];
+    args.extend_from_slice(extra);
+    ok(&slmcc(&args));
+}
+
+#[test]
+fn kv_cache_packages_of_downloaded_models_generate_the_same_tokens() {
+    let dir = scratch_dir("hub-packages");
+    let mut models = expected("from_optimum/");
+    models.extend(expected("from_genai/"));
+    for e in models {
+        let name = tag(&e.model);
+        let pkg = dir.join(format!("{name}.slmpkg"));
+        compile_kv(&e.model, &pkg, "cpu", &[]);
+        let got = generate_tokens(&pkg, &e.prompt, NEW_TOKENS, &[]);
+        assert_eq!(got, e.tokens, "{}", pkg.display());
+    }
+}
+
+/// The int4 model keeps its 4-bit weights: its package is less than half
+/// the fp32 one, and its rk3588 package, whose 4-bit products stay on the
+/// CPU (docs/NPU.md), generates the same tokens.
+#[test]
+fn int4_models_stay_4_bit() {
+    let dir = scratch_dir("hub-int4");
+    for family in ["llama", "qwen2", "phi3"] {
+        let model =
+            |p: &str| repo().join(format!("testdata/hub/from_genai/{family}_{p}/model.onnx"));
+        let (fp32, int4) = (
+            dir.join(format!("{family}-fp32.slmpkg")),
+            dir.join(format!("{family}-int4.slmpkg")),
+        );
+        compile_kv(&model("fp32"), &fp32, "cpu", &[]);
+        compile_kv(&model("int4"), &int4, "cpu", &[]);
+        let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len() as f64;
+        let ratio = size(&int4) / size(&fp32);
+        assert!(
+            ratio <= 0.45,
+            "{family}: the int4 package is {ratio:.3} of the fp32 one"
+        );
+        let npu = dir.join(format!("{family}-int4-rk3588.slmpkg"));
+        compile_kv(&model("int4"), &npu, "rk3588", &[]);
+        let e = expected(&format!("from_genai/{family}_int4/")).remove(0);
+        assert_eq!(
+            generate_tokens(&npu, &e.prompt, NEW_TOKENS, &[]),
+            e.tokens,
+            "{family}"
+        );
+    }
+}
+
+fn write_npy(path: &std::path::Path, t: &Tensor) {
+    std::fs::write(path, npy::to_bytes(t).unwrap()).unwrap();
+}
+
+/// `run` takes Optimum's inputs as onnxruntime does: an all-ones mask and
+/// the positions may be given or left out (the graph computes them); a
+/// padded mask is refused, since the graph computes a mask of ones.
+#[test]
+fn run_takes_or_computes_the_mask_and_positions() {
+    let dir = scratch_dir("hub-run");
+    let model = repo().join("testdata/hub/from_optimum/qwen2.onnx");
+    let ids = dir.join("ids.npy");
+    write_npy(&ids, &Tensor::from_i64(vec![1, 4], vec![3, 1, 4, 1]));
+    let ones = dir.join("ones.npy");
+    write_npy(&ones, &Tensor::from_i64(vec![1, 4], vec![1; 4]));
+    let padded = dir.join("padded.npy");
+    write_npy(&padded, &Tensor::from_i64(vec![1, 4], vec![0, 1, 1, 1]));
+    let pos = dir.join("pos.npy");
+    write_npy(&pos, &Tensor::from_i64(vec![1, 4], vec![0, 1, 2, 3]));
+    let run = |extra: &[&str]| {
+        let ids = format!("input_ids={}", s(&ids));
+        let mut args = vec!["run", s(&model), "--input", ids.as_str()];
+        args.extend_from_slice(extra);
+        slmcc(&args)
+    };
+    let bare = run(&[]);
+    ok(&bare);
+    let mask = format!("attention_mask={}", s(&ones));
+    let positions = format!("position_ids={}", s(&pos));
+    let given = run(&["--input", &mask, "--input", &positions]);
+    ok(&given);
+    assert_eq!(stdout(&bare), stdout(&given));
+    let padded = format!("attention_mask={}", s(&padded));
+    refused(
+        &run(&["--input", &padded]),
+        "`attention_mask` differs from what the graph computes at batch 1",
+    );
+}
