@@ -100,6 +100,72 @@ fn kv_cache_packages_of_downloaded_models_generate_the_same_tokens() {
         compile_kv(&e.model, &pkg, "cpu", &[]);
         let got = generate_tokens(&pkg, &e.prompt, NEW_TOKENS, &[]);
         assert_eq!(got, e.tokens, "{}", pkg.display());
+        // W8A8 on the NPU's functional model: quantized, so the tokens may
+        // part from FP32's (the agreement is measured below); it generates.
+        let npu = dir.join(format!("{name}-rk3588.slmpkg"));
+        compile_kv(&e.model, &npu, "rk3588", &["--quant", "w8a8"]);
+        let got = generate_tokens(&npu, &e.prompt, NEW_TOKENS, &[]);
+        assert_eq!(got.len(), NEW_TOKENS, "{}", npu.display());
+    }
+}
+
+/// Positions whose arg-max logit agrees.
+fn top1_agreement(a: &Tensor, b: &Tensor) -> f64 {
+    let vocab = *a.shape().last().unwrap();
+    let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+    let n = a.len() / vocab;
+    let same = (0..n)
+        .filter(|t| {
+            let r = t * vocab..(t + 1) * vocab;
+            argmax(&a[r.clone()]) == argmax(&b[r])
+        })
+        .count();
+    same as f64 / n as f64
+}
+
+/// rk3588 W8A8 (on `npu-sim`) keeps the FP32 model's top-1 token at 95 %
+/// of the positions of the prompt and its 32 greedy tokens.
+#[test]
+fn rk3588_w8a8_keeps_top1_agreement() {
+    let dir = scratch_dir("hub-w8a8");
+    for e in expected("from_optimum/")
+        .iter()
+        .filter(|e| !tag(&e.model).ends_with("_past"))
+    {
+        let name = tag(&e.model);
+        let mut ids = e.prompt.clone();
+        ids.extend(&e.tokens);
+        let input = dir.join(format!("{name}-ids.npy"));
+        write_npy(&input, &Tensor::from_i64(vec![1, ids.len()], ids));
+        let logits = |model: &std::path::Path, out: &str| {
+            let spec = format!("input_ids={}", s(&input));
+            let out = dir.join(out);
+            ok(&slmcc(&[
+                "run",
+                s(model),
+                "--input",
+                &spec,
+                "--output-dir",
+                s(&out),
+            ]));
+            npy::read(&out.join("logits.npy")).unwrap()
+        };
+        let fp32 = logits(&e.model, &format!("{name}-fp32"));
+        let pkg = dir.join(format!("{name}-w8a8.slmpkg"));
+        let args = [
+            "compile",
+            s(&e.model),
+            "--target",
+            "rk3588",
+            "--quant",
+            "w8a8",
+        ];
+        ok(&slmcc(
+            &[&args[..], &["--buckets", "64", "-o", s(&pkg)]].concat(),
+        ));
+        let agreement = top1_agreement(&fp32, &logits(&pkg, &format!("{name}-w8a8")));
+        assert!(agreement >= 0.95, "{name}: top-1 agreement {agreement}");
     }
 }
 

@@ -149,6 +149,10 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     if ctx.opt_input(4).is_some() {
         fail!("input 4 (`g_idx`) is not supported");
     }
+    let a_ty = ctx.ty(ctx.input(0)?).clone();
+    if a_ty.shape.dims().last() != Some(&slmcc_ir::Dim::fixed(k)) {
+        fail!("input 0 (`A`) is {a_ty}; its last dim must be K = {k}");
+    }
     let (k, n, block) = (k as usize, n as usize, block as usize);
     // The last block may be padded past K.
     let blocks = k.div_ceil(block);
@@ -365,7 +369,7 @@ mod tests {
         let mut m = nbits(None, &[], vec![]);
         m.graph.as_mut().unwrap().node[0].attribute[0] = a_int("K", 24);
         let e = import_err(&m);
-        assert!(e.contains("multiple of block_size = 16"), "{e}");
+        assert!(e.contains("its last dim must be K = 24"), "{e}");
     }
 
     #[test]
