@@ -330,11 +330,17 @@ impl<'a, 'm> Ctx<'a, 'm> {
     /// op's inference on the operands' facts. Results get fresh names; the
     /// ones returned to the import loop are renamed to the ONNX outputs.
     pub fn add(&mut self, op: impl Into<Op>, inputs: &[ValueId]) -> R<Vec<ValueId>> {
-        let op: Op = op.into();
+        let mut op: Op = op.into();
         let facts: Vec<&Fact> = inputs.iter().map(|&v| self.imp.fact(v)).collect();
-        let out = op
+        let mut out = op
             .infer(&facts)
             .map_err(|e| format!("`{}`: {e}", op.mnemonic()))?;
+        let mut inputs = inputs;
+        if let Some(value) = fold_small_value(&op, &facts, &out) {
+            op = Constant::from_tensor(value).into();
+            inputs = &[];
+            out = op.infer(&[]).map_err(|e| format!("`constant`: {e}"))?;
+        }
         let hint = format!("{}_{}", self.hint, op.mnemonic());
         let results = out
             .iter()
@@ -425,4 +431,37 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
         self.constant(t)
     }
+}
+
+/// The value of a small integer or boolean single result whose operands are all known
+/// concretely, by evaluating the op, when its inference did not propagate
+/// it: shape logic such as the `Equal`/`Not`/`And`/`Where` on head counts
+/// in ONNX's own function bodies (opset 23's `Attention` expanded), whose
+/// values later ops (`Expand`'s target) need. The importer then writes a
+/// `constant` in the op's place, so later passes know the value too.
+fn fold_small_value(op: &Op, facts: &[&Fact], out: &[Fact]) -> Option<Tensor> {
+    const MAX_ELEMENTS: usize = 1024;
+    let small = |f: &Fact| {
+        f.ty.shape
+            .as_fixed()
+            .is_some_and(|d| d.iter().product::<usize>() <= MAX_ELEMENTS)
+    };
+    let [result] = out else { return None };
+    let shape_logic = result.ty.dtype.is_int() || result.ty.dtype == DType::Bool;
+    if !shape_logic
+        || result.value.is_some()
+        || facts.is_empty()
+        || !small(result)
+        || !facts.iter().all(|f| small(f))
+    {
+        return None;
+    }
+    let values = facts
+        .iter()
+        .map(|f| f.value.as_ref()?.as_tensor(f.ty.dtype))
+        .collect::<Option<Vec<_>>>()?;
+    let refs: Vec<&Tensor> = values.iter().map(|t| t.as_ref()).collect();
+    let mut results = op.eval(&refs, &slmcc_ir::EvalCtx::default()).ok()?;
+    let t = results.pop()?;
+    (t.dtype() == result.ty.dtype && results.is_empty()).then_some(t)
 }

@@ -756,13 +756,13 @@ mod tests {
     }
 
     #[test]
-    fn opsets_outside_13_to_23_are_rejected() {
-        for v in [7, 12, 24] {
+    fn opsets_outside_13_to_24_are_rejected() {
+        for v in [7, 12, 25] {
             let m = model(v, vec![input("x", &["2"])], &["x"], vec![], vec![]);
             assert_eq!(
                 import_err(&m),
                 format!(
-                    "test.onnx: default-domain opset {v} is not supported (supported: 13 to 23)"
+                    "test.onnx: default-domain opset {v} is not supported (supported: 13 to 24)"
                 )
             );
         }

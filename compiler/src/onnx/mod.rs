@@ -58,7 +58,7 @@ use slmcc_ir::{Module, Tensor};
 /// Lowest supported opset of the default domain.
 pub const MIN_OPSET: i64 = 13;
 /// Highest supported opset of the default domain.
-pub const MAX_OPSET: i64 = 23;
+pub const MAX_OPSET: i64 = 24;
 /// Float initializers up to this many elements (rank 0 or 1) become constants.
 pub const MAX_FLOAT_CONSTANT: usize = 64;
 /// Integer and bool initializers up to this many elements become constants.

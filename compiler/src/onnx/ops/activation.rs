@@ -1,6 +1,7 @@
 //! Activations composed from IR element-wise ops: `Gelu` (opset 20, exact
 //! or `tanh`), `LeakyRelu`, `PRelu`, `Elu`, `HardSigmoid`, `HardSwish`,
-//! `Softplus`, `Mish`, each as its ONNX function body defines it.
+//! `Softplus`, `Mish`, `Swish` (opset 24), each as its ONNX function body
+//! defines it.
 
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::unary::{Unary, UnaryKind};
@@ -19,6 +20,7 @@ pub fn register(reg: &mut OpMap) {
     reg.insert("HardSwish", hard_swish);
     reg.insert("Softplus", softplus);
     reg.insert("Mish", mish);
+    reg.insert("Swish", swish);
 }
 
 fn bin(ctx: &mut Ctx, kind: BinaryKind, a: ValueId, b: ValueId) -> R<ValueId> {
@@ -130,6 +132,22 @@ fn mish(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let sp = softplus_of(ctx, x)?;
     let t = un(ctx, UnaryKind::Tanh, sp)?;
     one(bin(ctx, BinaryKind::Mul, x, t)?)
+}
+
+/// `Swish` (opset 24): `x * sigmoid(alpha * x)`; with the default `alpha`
+/// of 1 the SiLU that `swiglu` fusion recognises.
+fn swish(ctx: &mut Ctx) -> R<Vec<ValueId>> {
+    ctx.expect_inputs(1, 1)?;
+    let alpha = ctx.float("alpha", 1.0)?;
+    let x = float_input(ctx)?;
+    let z = if alpha == 1.0 {
+        x
+    } else {
+        let a = ctx.scalar(ctx.ty(x).dtype, f64::from(alpha))?;
+        bin(ctx, BinaryKind::Mul, x, a)?
+    };
+    let s = un(ctx, UnaryKind::Sigmoid, z)?;
+    one(bin(ctx, BinaryKind::Mul, x, s)?)
 }
 
 /// `Gelu` (opset 20): `0.5 * x * (1 + erf(x / sqrt(2)))`, or with

@@ -3,8 +3,9 @@
 //! `Attention` → `attention` (PyTorch's dynamo exporter writes all three at
 //! opset 23).
 //!
-//! - `RMSNormalization(X, scale)`: normalisation over the last axis only
-//!   (`axis` = -1 or rank - 1; `stash_type` 1).
+//! - `RMSNormalization(X, scale)`: normalisation over the axes from `axis`
+//!   on (`stash_type` 1); over more than the last one, as `rms_norm` of
+//!   those axes flattened into one.
 //! - `RotaryEmbedding(X, cos_cache, sin_cache[, position_ids])`: `X` of
 //!   rank 4 `[b, heads, s, d]`, or rank 3 `[b, s, heads · d]` with
 //!   `num_heads`; caches `[b, s, r/2]`, or `[max_pos, r/2]` read at
@@ -18,19 +19,25 @@
 //!   concatenated and the concatenations are the `present_*` outputs.
 //!   `is_causal = 1` aligns the causal rule to the past (ONNX's offset is
 //!   the past length), which is `attention`'s `causal` when the new keys
-//!   are as many as the queries. Not supported: `nonpad_kv_seqlen`, the
+//!   are as many as the queries, and otherwise an explicit boolean mask
+//!   (`j <= i + past`, combined with `attn_mask`). Not supported:
+//!   `nonpad_kv_seqlen`, the
 //!   `qk_matmul_output` output, a `softmax_precision` other than float, and
 //!   a mask shorter than the keys.
 
 use slmcc_ir::ops::attention::Attention;
+use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::concat::Concat;
+use slmcc_ir::ops::expand::Expand;
 use slmcc_ir::ops::gather::Gather;
+use slmcc_ir::ops::range::Range;
 use slmcc_ir::ops::reshape::Reshape;
 use slmcc_ir::ops::rms_norm::RmsNorm;
 use slmcc_ir::ops::rope::Rope;
 use slmcc_ir::ops::transpose::Transpose;
 use slmcc_ir::ops::unsqueeze::Unsqueeze;
-use slmcc_ir::{Dim, ValueId};
+use slmcc_ir::ops::where_::Where;
+use slmcc_ir::{DType, Dim, ValueId};
 
 use super::OpMap;
 use crate::onnx::context::{fail, Ctx, R};
@@ -51,13 +58,29 @@ pub(super) fn rms_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let (x, scale) = (ctx.input(0)?, ctx.input(1)?);
     let rank = ctx.ty(x).rank() as i64;
     let axis = ctx.int("axis", -1)?;
-    if axis != -1 && axis != rank - 1 {
-        fail!("attribute `axis` = {axis} is not supported (only the last axis is normalised)");
+    if !(-rank..rank).contains(&axis) {
+        fail!("attribute `axis` = {axis} is out of range for rank {rank}");
     }
+    let axis = if axis < 0 { axis + rank } else { axis } as usize;
     let eps = ctx.float("epsilon", 1e-5)?;
     ctx.int_only("stash_type", FLOAT, " (statistics are computed in f32)")?;
     ctx.only_outputs(1, "")?;
-    Ok(vec![ctx.add1(RmsNorm { eps, offset: 0.0 }, &[x, scale])?])
+    let op = RmsNorm { eps, offset: 0.0 };
+    if axis + 1 == rank as usize {
+        return Ok(vec![ctx.add1(op, &[x, scale])?]);
+    }
+    // Normalised over the axes from `axis` on: those flattened into one
+    // last axis, the scale broadcast to them and flattened alike.
+    let dims = ctx.ty(x).shape.dims().to_vec();
+    let inner = dims[axis..].iter().fold(Dim::fixed(1), |p, d| &p * d);
+    let mut flat = dims[..axis].to_vec();
+    flat.push(inner.clone());
+    let x2 = reshape(ctx, x, flat)?;
+    let normalized = ctx.const_dims(dims[axis..].to_vec())?;
+    let scale = ctx.add1(Expand, &[scale, normalized])?;
+    let scale = reshape(ctx, scale, vec![inner])?;
+    let y = ctx.add1(op, &[x2, scale])?;
+    Ok(vec![reshape(ctx, y, dims)?])
 }
 
 /// A `reshape` of `x` to `dims` (0 copies the input's dim).
@@ -98,6 +121,25 @@ pub(super) fn merge_heads(ctx: &mut Ctx, x: ValueId) -> R<ValueId> {
         t,
         vec![dims[0].clone(), dims[2].clone(), &dims[1] * &dims[3]],
     )
+}
+
+/// ONNX's causal rule as a boolean `[queries, keys]` mask: query `i`
+/// sees key `j` when `j <= i + past`.
+fn causal_keep(ctx: &mut Ctx, queries: &Dim, keys: &Dim, past: &Dim) -> R<ValueId> {
+    let positions = |ctx: &mut Ctx, len: &Dim| -> R<ValueId> {
+        let (start, limit, delta) = (
+            ctx.scalar_dims(Dim::fixed(0))?,
+            ctx.scalar_dims(len.clone())?,
+            ctx.scalar_dims(Dim::fixed(1))?,
+        );
+        ctx.add1(Range, &[start, limit, delta])
+    };
+    let rows = positions(ctx, queries)?;
+    let offset = ctx.scalar_dims(past.clone())?;
+    let rows = ctx.add1(Binary::new(BinaryKind::Add), &[rows, offset])?;
+    let rows = ctx.add1(Unsqueeze { axes: vec![1] }, &[rows])?;
+    let cols = positions(ctx, keys)?;
+    ctx.add1(Binary::new(BinaryKind::LessOrEqual), &[cols, rows])
 }
 
 /// A `[.., r/2]` cache as the `[.., r]` table `rope` reads.
@@ -204,15 +246,10 @@ fn attention(ctx: &mut Ctx) -> R<Vec<ValueId>> {
         (None, None) => {}
         _ => fail!("past_key and past_value must be given together"),
     }
-    if causal && new_k != s {
-        let (n, s) = (
-            new_k.map_or("?".into(), |d| d.to_string()),
-            s.map_or("?".into(), |d| d.to_string()),
-        );
-        fail!(
-            "is_causal with {n} new keys for {s} queries is not supported (they must be as many)"
-        );
-    }
+    // `attention`'s own causal rule is aligned to the last query; ONNX's
+    // to the past: with more or fewer new keys than queries, the rule
+    // becomes an explicit mask.
+    let explicit_causal = causal && new_k != s;
     let kv = match ctx.ty(k).shape.dims().get(1).and_then(Dim::as_fixed) {
         Some(h) => h,
         None => fail!("K must have a static number of heads, got {}", ctx.ty(k)),
@@ -229,12 +266,32 @@ fn attention(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let op = Attention {
         kv_heads: kv,
         scale,
-        causal,
+        causal: causal && !explicit_causal,
         window: 0,
         softcap,
     };
     let mut operands = vec![q, k, v];
-    if let Some(m) = ctx.opt_input(3) {
+    let mut mask = ctx.opt_input(3);
+    if explicit_causal {
+        let past = match ctx.opt_input(4) {
+            Some(pk) => ctx.ty(pk).shape.dims()[2].clone(),
+            None => Dim::fixed(0),
+        };
+        let queries = ctx.ty(q).shape.dims()[2].clone();
+        let keys = ctx.ty(k).shape.dims()[2].clone();
+        let keep = causal_keep(ctx, &queries, &keys, &past)?;
+        mask = Some(match mask {
+            None => keep,
+            Some(m) if ctx.ty(m).dtype == DType::Bool => {
+                ctx.add1(Binary::new(BinaryKind::And), &[m, keep])?
+            }
+            Some(m) => {
+                let masked = ctx.scalar(ctx.ty(m).dtype, f64::NEG_INFINITY)?;
+                ctx.add1(Where, &[keep, m, masked])?
+            }
+        });
+    }
+    if let Some(m) = mask {
         let (keys, last) = (
             ctx.ty(k).shape.dims()[2].clone(),
             ctx.ty(m).shape.dims().last().cloned(),
@@ -263,7 +320,7 @@ mod tests {
     use slmcc_ir::Tensor;
 
     #[test]
-    fn rms_normalization_over_the_last_axis() {
+    fn rms_normalization_over_the_trailing_axes() {
         let m = model(
             23,
             vec![input("x", &["1", "4"])],
@@ -282,18 +339,38 @@ mod tests {
             &[1.0, 2.0, -1.0, -1.0],
             1e-6,
         );
-        let bad = model(
+        // axis 0 of [2, 2]: one statistic over all four values, the scale
+        // [2] broadcast over the last axis.
+        let all = model(
             23,
-            vec![input("x", &["2", "4"])],
+            vec![input("x", &["2", "2"])],
             &["y"],
-            vec![f32_tensor("g", &[2, 4], &[1.0; 8])],
+            vec![f32_tensor("g", &[2], &[1.0, 2.0])],
             vec![node(
                 "RMSNormalization",
                 &["x", "g"],
                 &["y"],
-                vec![a_int("axis", 0)],
+                vec![a_int("axis", 0), a_float("epsilon", 0.0)],
             )],
         );
-        assert!(import_err(&bad).contains("only the last axis"));
+        let x = Tensor::from_f32(vec![2, 2], vec![2.0, 2.0, -2.0, -2.0]);
+        assert_close(
+            run1(&all, &[x]).as_f32().unwrap(),
+            &[1.0, 2.0, -1.0, -2.0],
+            1e-6,
+        );
+        let bad = model(
+            23,
+            vec![input("x", &["2", "4"])],
+            &["y"],
+            vec![f32_tensor("g", &[4], &[1.0; 4])],
+            vec![node(
+                "RMSNormalization",
+                &["x", "g"],
+                &["y"],
+                vec![a_int("axis", 2)],
+            )],
+        );
+        assert!(import_err(&bad).contains("`axis` = 2 is out of range for rank 2"));
     }
 }
