@@ -88,7 +88,7 @@ fn unknown_op() {
 fn bad_opset() {
     expect_rejected(
         &format!("{M}/bad_opset.onnx"),
-        "default-domain opset 7 is not supported (supported: 13 to 23)",
+        "default-domain opset 7 is not supported (supported: 13 to 24)",
     );
 }
 

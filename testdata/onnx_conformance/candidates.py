@@ -2,10 +2,14 @@
 
     python testdata/onnx_conformance/generate.py            # first, writes the tests
     python testdata/onnx_conformance/candidates.py [DIR]    # default testdata/generated/onnx-node
+    python testdata/onnx_conformance/candidates.py --opsets-22-24 DIR
 
 Reads every DIR/test_*/model.onnx and keeps a test when
   * its only opset is the default domain (`""` / `ai.onnx`) at version <= 21,
-  * every node (including nodes in subgraphs) has an op type in SUPPORTED,
+    or with --opsets-22-24 (DIR made by the onnx of testdata/requirements-ci-new.txt)
+    at version 22 to 24,
+  * every node (including nodes in subgraphs) has an op type in SUPPORTED (with
+    --opsets-22-24 also the language-model ops of those opsets: LM_OPS),
   * every tensor type it mentions (graph inputs/outputs/value_info, initializers, tensor
     attributes, `to`/`dtype` attributes) is float32, float16, a signed or unsigned
     integer, or bool, and no input/output is a sequence, optional or map.
@@ -15,7 +19,8 @@ an expanded test of an op outside the set is listed under that op, marked "expan
 
 Prints the groups with counts, the total and the skip reasons, and writes
 testdata/onnx_conformance/candidates.txt (one test name per line, a `# Op (n), opsets ...`
-comment heading each group: the default-domain opsets its models import). Needs only onnx.
+comment heading each group: the default-domain opsets its models import), or with
+--opsets-22-24 candidates-opset22-24.txt. Needs only onnx.
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ from onnx import TensorProto
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = ROOT / "testdata" / "generated" / "onnx-node"
 OUTPUT = Path(__file__).resolve().parent / "candidates.txt"
-MAX_OPSET = 21
+MIN_OPSET, MAX_OPSET = 1, 21
+
+# The ops of opsets 22-24 that language-model exports use (opset 23's transformer ops,
+# opset 24's Swish) and the activations that got a new version at opset 22.
+LM_OPS = {
+    "Attention", "RMSNormalization", "RotaryEmbedding", "Swish", "Softplus", "Elu", "Mish",
+    "HardSigmoid", "HardSwish", "Gelu", "LeakyRelu", "PRelu",
+}
 
 SUPPORTED = {
     "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Sqrt", "Reciprocal", "Exp",
@@ -113,6 +125,8 @@ def skip_reason(model: onnx.ModelProto) -> str | None:
             return "non-default domain"
         if opset.version > MAX_OPSET:
             return f"opset > {MAX_OPSET}"
+        if opset.version < MIN_OPSET:
+            return f"opset < {MIN_OPSET}"
     for kind, dtype in value_types(model):
         if kind != "tensor":
             return f"{kind} type"
@@ -132,7 +146,14 @@ def base_op(name: str, single_ops: dict[str, str]) -> tuple[str, bool]:
 
 
 def main() -> None:
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DIR
+    global MIN_OPSET, MAX_OPSET, OUTPUT
+    args = sys.argv[1:]
+    if "--opsets-22-24" in args:
+        args.remove("--opsets-22-24")
+        MIN_OPSET, MAX_OPSET = 22, 24
+        SUPPORTED.update(LM_OPS)
+        OUTPUT = OUTPUT.with_name("candidates-opset22-24.txt")
+    root = Path(args[0]) if args else DEFAULT_DIR
     tests = sorted(p.parent for p in root.glob("test_*/model.onnx"))
     if not tests:
         raise SystemExit(f"no tests in {root}: run testdata/onnx_conformance/generate.py first")

@@ -11,10 +11,13 @@ like the onnx repository's data/node folder:
     DIR/test_x/test_data_set_0/input_K.pb, output_K.pb   (TensorProto, or Sequence/Optional/Map)
 
 Use the onnx of testdata/requirements-ci.txt (onnx 1.16.2, the last release whose newest
-opset is 21, with numpy 1.26.4, which its generators were written for): newer onnx
-releases generate each test at the op's newest opset, so e.g. the Reshape, Transpose,
-Cast, Shape and Unsqueeze tests of onnx 1.23 are at opset 24-28, past what we import,
-and numpy 2 changes the dtypes of a few generated outputs. numpy's global RNG is seeded
+opset is 21, with numpy 1.26.4, which its generators were written for) for manifest.txt:
+newer onnx releases generate each test at the op's newest opset, so e.g. the Reshape,
+Transpose, Cast, Shape and Unsqueeze tests of onnx 1.23 are at opset 24-28, past what we
+import, and numpy 2 changes the dtypes of a few generated outputs. The tests of opsets
+22-24 (manifest-opset22-24.txt: opset 23's Attention, RMSNormalization and
+RotaryEmbedding, opset 24's Swish, ...) come from testdata/requirements-ci-new.txt's
+onnx 1.23.2 with numpy 2, into a directory of their own. numpy's global RNG is seeded
 first, so the data are the same on every run with the same versions. DIR is deleted
 and rewritten if it holds a previous run's output (marked by a GENERATED file), and left
 alone otherwise unless it is empty.
@@ -60,9 +63,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     if onnx.defs.onnx_opset_version() > 21:
-        print(f"warning: onnx {onnx.__version__} writes tests at opsets up to "
-              f"{onnx.defs.onnx_opset_version()}; candidates.py keeps only <= 21. "
-              "testdata/requirements-ci.txt pins the onnx the candidate list was made with.")
+        print(f"note: onnx {onnx.__version__} writes tests at opsets up to "
+              f"{onnx.defs.onnx_opset_version()}: manifest.txt lists tests of "
+              "testdata/requirements-ci.txt's onnx (opsets <= 21), manifest-opset22-24.txt "
+              "those of testdata/requirements-ci-new.txt's (opsets 22 to 24).")
     np.random.seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # generators divide by zero etc. on purpose

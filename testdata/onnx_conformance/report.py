@@ -3,13 +3,16 @@
     slmcc onnx-test DIR --manifest testdata/onnx_conformance/candidates.txt --json OUT.json
     python testdata/onnx_conformance/report.py OUT.json            # per-op table
     python testdata/onnx_conformance/report.py OUT.json --write-manifest
+    python testdata/onnx_conformance/report.py OUT.json --opsets-22-24 [--write-manifest]
 
 Reads the groups of candidates.txt (`# Op (n), opsets ...` headings) and the
 `slmcc onnx-test --json` results, prints for every op how many of its
 candidate tests pass, and with --write-manifest rewrites manifest.txt: the
 passing tests, grouped the same way, each group headed by its op and counts.
 The manifest is what CI requires to pass; a test leaves it only by a
-deliberate edit. Needs only the standard library.
+deliberate edit. With --opsets-22-24 the files are candidates-opset22-24.txt
+and manifest-opset22-24.txt (the node tests of testdata/requirements-ci-new.txt's
+onnx at opsets 22 to 24). Needs only the standard library.
 """
 
 from __future__ import annotations
@@ -21,9 +24,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+NEW = "--opsets-22-24" in sys.argv
+CANDIDATES = "candidates-opset22-24.txt" if NEW else "candidates.txt"
+MANIFEST = "manifest-opset22-24.txt" if NEW else "manifest.txt"
+SOURCE = "onnx==1.23.2, see testdata/requirements-ci-new.txt" if NEW else \
+    "onnx==1.16.2, see testdata/requirements-ci.txt"
+
+
 def groups() -> list[tuple[str, list[str]]]:
     out: list[tuple[str, list[str]]] = []
-    for line in (HERE / "candidates.txt").read_text().splitlines():
+    for line in (HERE / CANDIDATES).read_text().splitlines():
         line = line.strip()
         if line.startswith("# ") and "(" in line and "opsets" in line:
             out.append((line[2:].split(" (")[0], []))
@@ -51,12 +61,12 @@ def main() -> None:
     print(f"{'total':<{width}}  {total_pass:>3} / {total}")
     if "--write-manifest" in sys.argv:
         head = [
-            "# ONNX backend node tests (onnx==1.16.2, see testdata/requirements-ci.txt) that",
+            f"# ONNX backend node tests ({SOURCE}) that",
             "# `slmcc onnx-test` must pass; CI fails if any listed test fails. Written by",
             "# testdata/onnx_conformance/report.py from the candidates that passed.",
             f"# {total_pass} tests.",
         ]
-        (HERE / "manifest.txt").write_text("\n".join(head + manifest) + "\n")
+        (HERE / MANIFEST).write_text("\n".join(head + manifest) + "\n")
 
 
 if __name__ == "__main__":
