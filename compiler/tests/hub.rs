@@ -239,3 +239,74 @@ fn run_takes_or_computes_the_mask_and_positions() {
         "`attention_mask` differs from what the graph computes at batch 1",
     );
 }
+
+/// `max|a - b| / max|b|`.
+fn rel_error(a: &Tensor, b: &Tensor) -> f64 {
+    let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    let scale = b.iter().map(|y| y.abs()).fold(1e-6, f32::max);
+    f64::from(diff / scale)
+}
+
+/// The int4 models' logits for the prompt (empty past), on reference and
+/// cpu, against onnxruntime's: within 1e-5 of its run with float
+/// activations (`accuracy_level` 0, what slmcc computes), and within 0.05,
+/// with the same top-1 tokens, of its run as built (level 4, where it
+/// quantizes the activations to int8).
+#[test]
+fn int4_logits_match_onnxruntimes_int4_runs() {
+    let dir = scratch_dir("hub-int4-logits");
+    let ids = dir.join("ids.npy");
+    let e = expected("from_genai/llama_int4/").remove(0);
+    write_npy(
+        &ids,
+        &Tensor::from_i64(vec![1, e.prompt.len()], e.prompt.clone()),
+    );
+    let empty = dir.join("empty.npy");
+    write_npy(&empty, &Tensor::from_f32(vec![1, 2, 0, 16], vec![]));
+    for family in ["llama", "qwen2", "phi3"] {
+        let folder = repo().join(format!("testdata/hub/from_genai/{family}_int4"));
+        let level0 = npy::read(&folder.join("logits_level0.npy")).unwrap();
+        let as_built = npy::read(&folder.join("logits_as_built.npy")).unwrap();
+        for backend in ["reference", "cpu"] {
+            let out = dir.join(format!("{family}-{backend}"));
+            let mut args = vec![
+                "run".to_string(),
+                s(&folder.join("model.onnx")).to_string(),
+                "--backend".to_string(),
+                backend.to_string(),
+                "--input".to_string(),
+                format!("input_ids={}", s(&ids)),
+                "--output-dir".to_string(),
+                s(&out).to_string(),
+            ];
+            for l in 0..2 {
+                for which in ["key", "value"] {
+                    args.push("--input".to_string());
+                    args.push(format!("past_key_values.{l}.{which}={}", s(&empty)));
+                }
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            ok(&slmcc(&args));
+            let got = npy::read(&out.join("logits.npy")).unwrap();
+            let (e0, e4) = (rel_error(&got, &level0), rel_error(&got, &as_built));
+            assert!(
+                e0 <= 1e-5,
+                "{family} on {backend}: {e0} from onnxruntime at level 0"
+            );
+            assert!(
+                e4 <= 0.05,
+                "{family} on {backend}: {e4} from onnxruntime as built"
+            );
+            assert_eq!(
+                top1_agreement(&got, &as_built),
+                1.0,
+                "{family} on {backend}"
+            );
+        }
+    }
+}

@@ -19,7 +19,9 @@ tokens, run on a copy whose genai_config.json names no end-of-sequence token (so
 token neither ends the search nor is masked out of it) and whose MatMulNBits have
 `accuracy_level` 0: the activations stay float32, as slmcc keeps them at every level.
 The builder writes level 4 for the CPU, where onnxruntime quantizes the activations to
-int8 in blocks; for int4 models those tokens are recorded too, as `tokens_as_built`.
+int8 in blocks; for int4 models those tokens are recorded too, as `tokens_as_built`,
+and each int4 folder keeps onnxruntime's logits for the prompt (empty past) at level 0
+and as built (`logits_level0.npy`, `logits_as_built.npy`).
 
 The builder needs onnx-ir, which it does not declare, and a transformers that knows
 the families: it runs in a venv with testdata/hub/requirements-genai.txt next to the
@@ -36,12 +38,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FAMILIES = ["llama", "qwen2", "phi3"]
 PRECISIONS = ["fp32", "int4"]
 PROMPT = [1, 5, 7, 9, 11, 13, 17, 19]
 NEW_TOKENS = 32
+HEAD_SIZE = 16  # of every family's config in testdata/models/generate.py
 EXPECTED = HERE / "expected.json"
 KEEP = ["model.onnx", "model.onnx.data", "genai_config.json"]
 TOKENIZER_CONFIG = {
@@ -76,25 +81,47 @@ def build(ckpt: Path, precision: str, out: Path, cache: Path) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def greedy(folder: Path, prompt: list[int], new_tokens: int, level: int | None) -> list[int]:
+def copy_at_level(folder: Path, run: Path, level: int | None) -> None:
+    """`folder` copied to `run`, its genai_config naming no end-of-sequence token (the
+    search neither stops at it nor, as `min_length` would, masks it out of the argmax),
+    and its MatMulNBits at accuracy `level` (None: as built)."""
     import onnx
+
+    shutil.copytree(folder, run)
+    config = json.loads((run / "genai_config.json").read_text())
+    config["model"]["eos_token_id"] = []
+    (run / "genai_config.json").write_text(json.dumps(config))
+    if level is not None:
+        model = onnx.load(run / "model.onnx", load_external_data=False)
+        for node in model.graph.node:
+            for a in node.attribute:
+                if node.op_type == "MatMulNBits" and a.name == "accuracy_level":
+                    a.i = level
+        onnx.save(model, run / "model.onnx")
+
+
+def prefill_logits(folder: Path, prompt: list[int], level: int | None) -> np.ndarray:
+    """onnxruntime's logits for the prompt with an empty past."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / folder.name
+        copy_at_level(folder, run, level)
+        sess = ort.InferenceSession(str(run / "model.onnx"), providers=["CPUExecutionProvider"])
+        ids = np.array([prompt], np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        for i in sess.get_inputs():
+            if i.name.startswith("past_key_values."):
+                feeds[i.name] = np.zeros((1, i.shape[1], 0, HEAD_SIZE), np.float32)
+        return sess.run(["logits"], feeds)[0]
+
+
+def greedy(folder: Path, prompt: list[int], new_tokens: int, level: int | None) -> list[int]:
     import onnxruntime_genai as og
 
     with tempfile.TemporaryDirectory() as tmp:
-        # A copy whose genai_config names no end-of-sequence token: the search neither
-        # stops at it nor, as `min_length` would, masks it out of the argmax.
         run = Path(tmp) / folder.name
-        shutil.copytree(folder, run)
-        config = json.loads((run / "genai_config.json").read_text())
-        config["model"]["eos_token_id"] = []
-        (run / "genai_config.json").write_text(json.dumps(config))
-        if level is not None:
-            model = onnx.load(run / "model.onnx", load_external_data=False)
-            for node in model.graph.node:
-                for a in node.attribute:
-                    if node.op_type == "MatMulNBits" and a.name == "accuracy_level":
-                        a.i = level
-            onnx.save(model, run / "model.onnx")
+        copy_at_level(folder, run, level)
         model = og.Model(str(run))
         params = og.GeneratorParams(model)
         params.set_search_options(do_sample=False, max_length=len(prompt) + new_tokens)
@@ -126,6 +153,8 @@ def main() -> None:
                 entry = {"prompt": PROMPT, "tokens": tokens}
                 if precision == "int4":
                     entry["tokens_as_built"] = greedy(target, PROMPT, NEW_TOKENS, level=None)
+                    for level, f in [(0, "logits_level0.npy"), (None, "logits_as_built.npy")]:
+                        np.save(target / f, prefill_logits(target, PROMPT, level))
                 expected[f"from_genai/{name}/model.onnx"] = entry
                 size = sum(f.stat().st_size for f in target.iterdir())
                 print(f"{target.relative_to(ROOT)}: {size} bytes, {tokens}")
