@@ -379,7 +379,9 @@ mod tests {
         let entry = &parse_pipeline("frobnicate").unwrap()[0];
         let e = create_pass(entry).err().unwrap().to_string();
         assert!(
-            e.starts_with("unknown pass `frobnicate` (valid passes: verify, shape-infer"),
+            e.starts_with(
+                "unknown pass `frobnicate` (valid passes: verify, decoder-inputs, shape-infer"
+            ),
             "{e}"
         );
     }

@@ -30,7 +30,8 @@ use crate::pass::{failed, Pass, PassError, Statistics};
 /// `node-limit` e-nodes before any rule runs is left as it is.
 ///
 /// Statistics: per fused op how many were formed (`formed-attention`,
-/// `formed-rope`, `formed-swiglu`, `formed-geglu`, `formed-gelu`, `formed-softcap`,
+/// `formed-rope`, `formed-swiglu`, `formed-qswiglu`, `formed-geglu`, `formed-gelu`,
+/// `formed-softcap`,
 /// `formed-rms-norm`, `formed-layer-norm`, `formed-add-rms-norm`,
 /// `formed-add-layer-norm`); the e-graph (`egraph-nodes`,
 /// `egraph-classes`, `iterations`, `saturation-us`, the stop reason
@@ -63,6 +64,7 @@ const FORMED: &[(&str, &str)] = &[
     ("attention", "formed-attention"),
     ("rope", "formed-rope"),
     ("swiglu", "formed-swiglu"),
+    ("qswiglu", "formed-qswiglu"),
     ("geglu", "formed-geglu"),
     ("gelu", "formed-gelu"),
     ("softcap", "formed-softcap"),

@@ -1,6 +1,8 @@
 //! Gated MLPs: SwiGLU `silu(x @ w_gate) · (x @ w_up)` with
 //! `silu(g) = g · sigmoid(g)`, GeGLU with a fused `gelu` gate, either
-//! product order, and Phi-3's fused `gate_up` projection split in two
+//! product order; with both products `qmatmul`s of one kind (weights that
+//! came quantized), the `qswiglu` that is defined as exactly that graph;
+//! and Phi-3's fused `gate_up` projection split in two
 //! halves (`split` or two `slice`s of one `matmul`; unit steps are
 //! canonicalized away, so the dynamo exporter's slices with steps and the
 //! TorchScript exporter's without both match).
@@ -15,6 +17,11 @@ use crate::eqsat::language::AttrData;
 use crate::eqsat::runner::Rewrite;
 
 const SILU_G: &str = "(mul (matmul ?x ?wg) (sigmoid (matmul ?x ?wg)))";
+/// The gate and up products by quantized weights of the same kind (a
+/// model whose weights came quantized: onnxruntime's `MatMulNBits`).
+const Q_GATE: &str = "(qmatmul ?b ?g ?l ?a ?x ?qg ?sg)";
+const Q_UP: &str = "(qmatmul ?b ?g ?l ?a ?x ?qu ?su)";
+const QSWIGLU: &str = "(qswiglu ?b ?g ?l ?a ?x ?qg ?sg ?qu ?su)";
 const SPLIT: &str = "(split ?axis ?sizes (matmul ?x ?w))";
 
 #[rustfmt::skip]
@@ -27,6 +34,8 @@ pub fn rules() -> Vec<Rewrite> {
         rw!("silu-order";        "(mul (sigmoid ?g) ?g)"                   => "(mul ?g (sigmoid ?g))"),
         rw!("swiglu";            {p(format!("(mul {SILU_G} (matmul ?x ?wu))"))} => { glu(None) }),
         rw!("swiglu-up-first";   {p(format!("(mul (matmul ?x ?wu) {SILU_G})"))} => { glu(None) }),
+        rw!("qswiglu";           {p(format!("(mul (mul {Q_GATE} (sigmoid {Q_GATE})) {Q_UP})"))} => {p(QSWIGLU.to_string())}),
+        rw!("qswiglu-up-first";  {p(format!("(mul {Q_UP} (mul {Q_GATE} (sigmoid {Q_GATE})))"))} => {p(QSWIGLU.to_string())}),
         rw!("geglu";             "(mul (gelu ?a (matmul ?x ?wg)) (matmul ?x ?wu))" => { glu(Some("?a")) }),
         rw!("geglu-up-first";    "(mul (matmul ?x ?wu) (gelu ?a (matmul ?x ?wg)))" => { glu(Some("?a")) }),
         rw!("swiglu-split";      {p(format!("(mul {} (get 1 {SPLIT}))", silu_half(0, SPLIT)))} => { fused_glu(false) }),
@@ -111,6 +120,32 @@ mod tests {
     fn swiglu_up_first_and_sigmoid_first() {
         let e = "(mul (matmul %x @wu) (mul (sigmoid (matmul %x @wg)) (matmul %x @wg)))";
         assert_rewrites(&fusion(), X, e, "(swiglu %x @wg @wu)");
+    }
+
+    /// Weights that came quantized (`MatMulNBits`): `qswiglu`, whose
+    /// definition is this graph, when both products are of one kind.
+    #[test]
+    fn qswiglu_of_two_qmatmuls_of_one_kind() {
+        let decls = "%x: f32[1, seq, 64], @qg: i4[64, 176], @sg: f32[2, 176], \
+                     @qu: i4[64, 176], @su: f32[2, 176], @s8: f32[4, 176]";
+        let q = |w: &str, s: &str, group: i64| format!("(qmatmul 4 {group} none 'f32' %x {w} {s})");
+        let gate = q("@qg", "@sg", 32);
+        let e = format!(
+            "(mul (mul {gate} (sigmoid {gate})) {})",
+            q("@qu", "@su", 32)
+        );
+        assert_rewrites(
+            &fusion(),
+            decls,
+            &e,
+            "(qswiglu 4 32 none 'f32' %x @qg @sg @qu @su)",
+        );
+        // Products of different groups stay apart.
+        let e = format!(
+            "(mul (mul {gate} (sigmoid {gate})) {})",
+            q("@qu", "@s8", 16)
+        );
+        assert_rewrites(&fusion(), decls, &e, &e);
     }
 
     #[test]
