@@ -1,6 +1,6 @@
 """Node tests for onnxruntime's contrib ops that slmcc imports
 (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, SkipLayerNormalization,
-FastGelu, MatMulNBits, GroupQueryAttention), in the ONNX
+FastGelu, MatMulNBits, GroupQueryAttention, RotaryEmbedding), in the ONNX
 backend test layout (NAME/model.onnx, NAME/test_data_set_0/input_N.pb and
 output_N.pb), with onnxruntime's outputs as the expected ones.
 
@@ -219,6 +219,26 @@ def main() -> None:
                           f"_past{past}_seq{seq}{'_softcap' if softcap else ''}"
                           f"{'_scale' if scale else ''}",
                           [node], graph_ins, ["y", "present_k", "present_v"], feeds, inits=inits))
+    # RotaryEmbedding (com.microsoft): [b, s, hidden] with num_heads or [b, heads, s, d];
+    # position_ids [b, s] or one offset; a rotary dim below the head size.
+    for rank, interleaved, offset, rotary in [(3, False, False, 0), (3, True, True, 0),
+                                              (4, False, True, 0), (3, False, False, 8)]:
+        b, s, heads, d, max_pos = 2, 3, 2, 16, 12
+        r = rotary or d
+        x = f(b, s, heads * d) if rank == 3 else f(b, heads, s, d)
+        pos_freq = np.arange(max_pos, dtype=np.float32)[:, None]
+        freq = pos_freq / (10000.0 ** (np.arange(0, r, 2, dtype=np.float32) / r))
+        pos = np.array([4], np.int64) if offset else rng.integers(0, max_pos, size=(b, s))
+        inits = [("pos", pos.astype(np.int64)), ("cos", np.cos(freq)), ("sin", np.sin(freq))]
+        attrs = dict(interleaved=int(interleaved))
+        if rank == 3 or rotary:
+            attrs["num_heads"] = heads
+        if rotary:
+            attrs["rotary_embedding_dim"] = rotary
+        node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
+        names.append(case(out, f"test_ms_rotary_embedding_{rank}d{'_interleaved' if interleaved else ''}"
+                          f"{'_offset' if offset else ''}{f'_rotary{rotary}' if rotary else ''}",
+                          [node], ["x"], ["y"], [x], inits=inits))
     manifest = out.parent / "manifest.txt"
     manifest.write_text(
         "# onnxruntime contrib-op node tests (testdata/contrib/generate.py, onnxruntime "

@@ -34,7 +34,8 @@
 //!   4 lets onnxruntime quantize `A` to int8, slmcc keeps `A` in `f32` at
 //!   every level. `B`, `scales` and `zero_points` must be initializers.
 //!
-//! - `GroupQueryAttention`: see `gqa.rs`.
+//! - `GroupQueryAttention`: see `gqa.rs`; `RotaryEmbedding`: see
+//!   `contrib_rope.rs`.
 //!
 //! Other `com.microsoft` ops are refused with their name and domain.
 
@@ -67,6 +68,7 @@ pub fn register(reg: &mut OpMap) {
     reg.insert("FastGelu", fast_gelu);
     reg.insert("MatMulNBits", matmul_nbits);
     reg.insert("GroupQueryAttention", super::gqa::group_query_attention);
+    reg.insert("RotaryEmbedding", super::contrib_rope::rotary_embedding);
 }
 
 fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {

@@ -16,6 +16,7 @@ pub mod activation;
 pub mod cast;
 pub mod constant;
 pub mod contrib;
+pub mod contrib_rope;
 pub mod elementwise;
 pub mod gather;
 pub mod gqa;
