@@ -239,6 +239,21 @@ def main() -> None:
         names.append(case(out, f"test_ms_rotary_embedding_{rank}d{'_interleaved' if interleaved else ''}"
                           f"{'_offset' if offset else ''}{f'_rotary{rotary}' if rotary else ''}",
                           [node], ["x"], ["y"], [x], inits=inits))
+    # GroupQueryAttention with a sliding window (local_window_size): the prompt and a
+    # step past the window.
+    for past, seq, window in [(0, 6, 3), (5, 2, 4)]:
+        heads, kv_heads, d = 4, 2, 16
+        total = past + seq
+        inits = [("seqlens_k", np.array([total - 1], np.int32)),
+                 ("total_len", np.array([total], np.int32))]
+        feeds = [f(1, seq, (heads + 2 * kv_heads) * d), f(1, kv_heads, past, d), f(1, kv_heads, past, d)]
+        node = helper.make_node("GroupQueryAttention",
+                                ["qkv", "", "", "past_k", "past_v", "seqlens_k", "total_len"],
+                                ["y", "present_k", "present_v"], domain=MS, num_heads=heads,
+                                kv_num_heads=kv_heads, local_window_size=window)
+        names.append(case(out, f"test_group_query_attention_window{window}_past{past}_seq{seq}",
+                          [node], ["qkv", "past_k", "past_v"], ["y", "present_k", "present_v"],
+                          feeds, inits=inits))
     manifest = out.parent / "manifest.txt"
     manifest.write_text(
         "# onnxruntime contrib-op node tests (testdata/contrib/generate.py, onnxruntime "

@@ -19,8 +19,9 @@
 //!   (`[b, KVH, past, d]`) along the sequence; the concatenations are the
 //!   `present_*` outputs;
 //! - the queries attend causally (aligned to the past), with grouped KV
-//!   heads, `scale` (0: `1/√d`) and `softcap`; the output is
-//!   `[b, s, H·d]`.
+//!   heads, `scale` (0: `1/√d`), `softcap`, and with `local_window_size`
+//!   `w` > 0 only to their last `w` keys (`attention`'s `window`); the
+//!   output is `[b, s, H·d]`.
 //!
 //! The past length is the `past_key` input's whole length: slmcc runs a
 //! decoder one unpadded sequence at a time, so `seqlens_k` and
@@ -28,9 +29,8 @@
 //! attention mask) are not read, and the builder's shared past/present
 //! buffer (a past as long as the context) is not supported. A `past_key`
 //! whose head size is a symbol (the builder's `kv_cache_dim`) gets the
-//! head size `d` wherever that symbol occurs. Refused: `local_window_size`
-//! other than -1, `smooth_softmax`, `qk_output`, `attention_bias` and
-//! `head_sink`.
+//! head size `d` wherever that symbol occurs. Refused: `smooth_softmax`,
+//! `qk_output`, `attention_bias` and `head_sink`.
 
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
@@ -52,11 +52,10 @@ pub fn group_query_attention(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let softcap = ctx.float("softcap", 0.0)?;
     let rotary = ctx.int("do_rotary", 0)? != 0;
     let interleaved = ctx.int("rotary_interleaved", 0)? != 0;
-    ctx.int_only(
-        "local_window_size",
-        -1,
-        " (sliding-window GQA is not supported yet)",
-    )?;
+    let local_window = ctx.int("local_window_size", -1)?;
+    if local_window == 0 || local_window < -1 {
+        fail!("attribute `local_window_size` = {local_window} is not -1 or a positive width");
+    }
     ctx.int_only("smooth_softmax", 0, "")?;
     ctx.int_only("qk_output", 0, "")?;
     for (i, what) in [(10, "attention_bias"), (11, "head_sink")] {
@@ -105,7 +104,8 @@ pub fn group_query_attention(ctx: &mut Ctx) -> R<Vec<ValueId>> {
             scale
         },
         causal: true,
-        window: 0,
+        // Each query sees its last `local_window_size` keys (itself included).
+        window: local_window.max(0),
         softcap,
     };
     let y = ctx.add1(op, &[q, keys, values])?;
