@@ -254,6 +254,22 @@ def main() -> None:
         names.append(case(out, f"test_group_query_attention_window{window}_past{past}_seq{seq}",
                           [node], ["qkv", "past_k", "past_v"], ["y", "present_k", "present_v"],
                           feeds, inits=inits))
+    # MatMulNBits with asymmetric zero points (onnxruntime's quantizer with
+    # is_symmetric=False): any nibble per block, K not a multiple of the block.
+    for k, n, block in [(64, 16, 32), (48, 8, 32)]:
+        blocks = -(-k // block)
+        values = rng.integers(0, 16, size=(n, blocks, block), dtype=np.uint8)
+        b = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+        scales = np.exp2(-rng.integers(2, 7, size=(n, blocks))).astype(np.float32)
+        nib = rng.integers(0, 16, size=(n, blocks + blocks % 2), dtype=np.uint8)
+        nib[:, blocks:] = 0
+        z = (nib[:, 0::2] | (nib[:, 1::2] << 4)).astype(np.uint8)
+        inits = [("B", b), ("scales", scales.reshape(-1)), ("zp", z)]
+        node = helper.make_node("MatMulNBits", ["a", "B", "scales", "zp"], ["y"], domain=MS,
+                                K=k, N=n, bits=4, block_size=block)
+        a = (rng.integers(-16, 17, size=(1, 3, k)) / 4).astype(np.float32)
+        names.append(case(out, f"test_matmul_nbits_4bit_k{k}_n{n}_block{block}_asymmetric",
+                          [node], ["a"], ["y"], [a], inits=inits))
     manifest = out.parent / "manifest.txt"
     manifest.write_text(
         "# onnxruntime contrib-op node tests (testdata/contrib/generate.py, onnxruntime "

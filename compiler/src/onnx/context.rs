@@ -54,6 +54,11 @@ impl<'a, 'm> Ctx<'a, 'm> {
         }
     }
 
+    /// The node's name for messages: its first named output.
+    pub fn label(&self) -> &str {
+        &self.hint
+    }
+
     /// The opset of the node's domain.
     pub fn opset(&self) -> i64 {
         self.opset

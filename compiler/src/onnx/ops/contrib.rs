@@ -25,9 +25,12 @@
 //!   4, low nibble first, or 8) minus the zero point are the `i4`/`i8`
 //!   weight `q[K, N]`, exactly, and `scales` (`[N, ⌈K / block⌉]`) its scales
 //!   transposed; `B` and `scales` are dropped once read. The zero point
-//!   must be the midpoint, 8 for 4 bits and 128 for 8 (what onnxruntime
-//!   assumes when `zero_points` is absent, and what a symmetric quantizer
-//!   writes); other zero points and `g_idx` are refused. A `K` that is not
+//!   is the midpoint, 8 for 4 bits and 128 for 8, when `zero_points` is
+//!   absent (what a symmetric quantizer writes). Other whole-number zero
+//!   points (onnxruntime's asymmetric quantizer) are subtracted block by
+//!   block, exactly: 4-bit weights then span up to 5 bits and are stored
+//!   as `i8` (twice the bytes, with a warning); 8-bit weights must keep
+//!   the midpoint. `g_idx` is refused. A `K` that is not
 //!   a multiple of the block (the last block padded, as the genai builder
 //!   writes for an MLP of 176 rows in blocks of 32) becomes groups of
 //!   `gcd(K, block)` rows, each with its block's scale. Every `accuracy_level` is accepted: level
@@ -188,34 +191,57 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
         );
     }
     let mid: u8 = if bits == 4 { 8 } else { 128 };
-    if ctx.opt_input(3).is_some() {
-        let zp = ctx
-            .input_data(3)?
-            .ok_or_else(|| "input 3 (`zero_points`) must be an initializer".to_string())?;
-        let symmetric = match zp.data() {
-            // Packed like B, each row of N padded to whole bytes.
-            TensorData::U8(z) if bits == 4 => {
-                let row = blocks.div_ceil(2);
-                z.len() == n * row
-                    && z.chunks_exact(row).all(|r| {
-                        (0..blocks).all(|blk| (r[blk / 2] >> (4 * (blk % 2))) & 0xf == mid)
-                    })
-            }
-            TensorData::U8(z) => z.len() == n * blocks && z.iter().all(|&b| b == mid),
-            _ => {
-                let z = zp.cast(DType::F32);
-                let z = z.as_f32().expect("cast to f32");
-                z.len() == n * blocks && z.iter().all(|&z| z == f32::from(mid))
+    // The zero point of every (row of N, block).
+    let zero_points: Vec<f32> =
+        match ctx.opt_input(3) {
+            None => vec![f32::from(mid); n * blocks],
+            Some(_) => {
+                let zp = ctx
+                    .input_data(3)?
+                    .ok_or_else(|| "input 3 (`zero_points`) must be an initializer".to_string())?;
+                match zp.data() {
+                    // Packed like B, each row of N padded to whole bytes.
+                    TensorData::U8(z) if bits == 4 && z.len() == n * blocks.div_ceil(2) => z
+                        .chunks_exact(blocks.div_ceil(2))
+                        .flat_map(|r| {
+                            (0..blocks).map(|blk| f32::from((r[blk / 2] >> (4 * (blk % 2))) & 0xf))
+                        })
+                        .collect(),
+                    TensorData::U8(z) if bits == 8 && z.len() == n * blocks => {
+                        z.iter().map(|&b| f32::from(b)).collect()
+                    }
+                    TensorData::U8(z) => fail!(
+                    "input 3 (`zero_points`) has {} bytes; N = {n} rows of {blocks} blocks need {}",
+                    z.len(),
+                    if bits == 4 { n * blocks.div_ceil(2) } else { n * blocks }
+                ),
+                    _ => zp.cast(DType::F32).as_f32().expect("cast to f32").to_vec(),
+                }
             }
         };
-        if !symmetric {
+    if zero_points.len() != n * blocks || zero_points.iter().any(|z| z.fract() != 0.0) {
+        fail!("input 3 (`zero_points`): {n} × {blocks} whole-number zero points are supported");
+    }
+    // With the midpoint everywhere the weights keep their bits. Other zero
+    // points make `B - zero_point` span up to twice the range: 4-bit weights
+    // are stored as exact 8-bit ones (twice the bytes, no rounding).
+    let symmetric = zero_points.iter().all(|&z| z == f32::from(mid));
+    let stored_bits = if symmetric { bits } else { 8 };
+    if !symmetric {
+        if bits == 8 {
             fail!(
-                "input 3 (`zero_points`): only the midpoint zero point ({mid}) in every block is \
-                 supported (`qmatmul` weights are symmetric)"
+                "input 3 (`zero_points`): 8-bit weights need the midpoint zero point (128) in \
+                 every block (`qmatmul` weights are symmetric, and B - zero_point would not fit \
+                 in 8 bits)"
             );
         }
+        tracing::warn!(
+            "node `{}` (MatMulNBits): zero points other than 8, so its 4-bit weights are \
+             stored as exact int8 values (twice the bytes)",
+            ctx.label()
+        );
     }
-    // q[k, n] = B's element k of row n minus the midpoint, exactly.
+    // q[k, n] = B's element k of row n minus its block's zero point, exactly.
     let mut q = vec![0i8; k * n];
     for (row, column) in bytes.chunks_exact(blocks * blob).enumerate() {
         for kk in 0..k {
@@ -223,7 +249,8 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
                 4 => (column[kk / 2] >> (4 * (kk % 2))) & 0xf,
                 _ => column[kk],
             };
-            q[kk * n + row] = (i16::from(v) - i16::from(mid)) as i8;
+            let z = zero_points[row * blocks + kk / block] as i16;
+            q[kk * n + row] = (i16::from(v) - z) as i8;
         }
     }
     let groups = k / group;
@@ -233,7 +260,7 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
             scale[g * n + row] = s[g / per_block];
         }
     }
-    let data = match bits {
+    let data = match stored_bits {
         4 => TensorData::I4(q),
         _ => TensorData::I8(q),
     };
@@ -247,7 +274,7 @@ fn matmul_nbits(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     let (q, scale) = (ctx.new_weight("q", q), ctx.new_weight("scale", scale));
     let op = QMatMul {
         activations: QActivations::F32,
-        ..QMatMul::new(bits, group as i64).map_err(|e| e.to_string())?
+        ..QMatMul::new(stored_bits, group as i64).map_err(|e| e.to_string())?
     };
     let mut y = ctx.add1(op, &[a, q, scale])?;
     if let Some(bias) = ctx.opt_input(5) {
@@ -358,12 +385,28 @@ mod tests {
     }
 
     #[test]
-    fn matmul_nbits_refusals_name_the_input_or_attribute() {
-        let e = import_err(&nbits(Some(&[0x78, 0x88, 0x88, 0x88]), &[], vec![]));
-        assert!(
-            e.contains("only the midpoint zero point (8) in every block"),
-            "{e}"
+    fn matmul_nbits_with_other_zero_points_subtracts_each_blocks_own() {
+        // Column 0's second block has zero point 7 (the high nibble of
+        // 0x78), every other block 8: w = 0.5 · (B - zero point).
+        let a: Vec<f32> = (0..64).map(|i| i as f32).collect();
+        let y = run1(
+            &nbits(Some(&[0x78, 0x88, 0x88, 0x88]), &[], vec![]),
+            &[slmcc_ir::Tensor::from_f32(vec![2, 32], a.clone())],
         );
+        let w = |k: usize, n: usize| {
+            let v = if k.is_multiple_of(2) { 8.0 } else { 9.0 };
+            let zp = if n == 0 && k >= 16 { 7.0 } else { 8.0 };
+            0.5 * (v - zp)
+        };
+        let want: Vec<f32> = (0..2)
+            .flat_map(|r| (0..4).map(move |n| (r, n)))
+            .map(|(r, n)| (0..32).map(|k| a[r * 32 + k] * w(k, n)).sum())
+            .collect();
+        assert_close(y.as_f32().unwrap(), &want, 1e-6);
+    }
+
+    #[test]
+    fn matmul_nbits_refusals_name_the_input_or_attribute() {
         let e = import_err(&nbits(None, &["", "a"], vec![]));
         assert!(e.contains("`g_idx`"), "{e}");
         let e = import_err(&nbits(None, &[], vec![a_int("bits", 2)]));
