@@ -310,3 +310,15 @@ fn int4_logits_match_onnxruntimes_int4_runs() {
         }
     }
 }
+
+/// A model with past inputs compiled without `--kv-cache` is refused with
+/// the flag to use, before any pass runs.
+#[test]
+fn a_with_past_model_asks_for_kv_cache() {
+    let dir = scratch_dir("hub-no-kv");
+    let pkg = dir.join("x.slmpkg");
+    let model = repo().join("testdata/hub/from_optimum/qwen2_past.onnx");
+    let o = slmcc(&["compile", s(&model), "--target", "cpu", "-o", s(&pkg)]);
+    refused(&o, "compile it with --kv-cache");
+    assert!(!pkg.exists());
+}

@@ -127,6 +127,17 @@ fn bucket_spec(args: &CompileArgs) -> anyhow::Result<(BucketSpec, bool)> {
     }
 }
 
+/// The first `past_key_values.*` input of a graph of the module.
+fn past_input(module: &slmcc_ir::Module) -> Option<String> {
+    module.graphs.iter().find_map(|g| {
+        g.inputs
+            .iter()
+            .map(|&i| &g.value(i).name)
+            .find(|n| n.starts_with(slmcc_passes::transforms::decoder_inputs::PAST_PREFIX))
+            .cloned()
+    })
+}
+
 /// The pipeline the command line asks for (see `COMPILE_AFTER_HELP`).
 fn pipeline(args: &CompileArgs, choice: &Choice) -> anyhow::Result<String> {
     let (buckets, explicit) = bucket_spec(args)?;
@@ -218,6 +229,16 @@ pub fn run(args: CompileArgs) -> CmdResult {
     let t0 = Instant::now();
     let mut module = load_merged(model, &adapters)?;
     let import_ms = ms(t0);
+    if !args.kv_cache && args.passes.is_none() {
+        if let Some(past) = past_input(&module) {
+            return Err(at(&format!(
+                "the model takes the past keys and values (%{past}, as Optimum's and \
+                 onnxruntime-genai's decoders do): compile it with --kv-cache, which keeps \
+                 them in the package's static KV cache"
+            ))
+            .into());
+        }
+    }
     let calibration = super::load::calibrate(
         &mut module,
         &args.quant,
