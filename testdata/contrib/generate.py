@@ -1,6 +1,6 @@
 """Node tests for onnxruntime's contrib ops that slmcc imports
 (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization, SkipLayerNormalization,
-FastGelu, MatMulNBits, GroupQueryAttention, RotaryEmbedding), in the ONNX
+FastGelu, MatMulNBits, GroupQueryAttention, RotaryEmbedding, MultiHeadAttention), in the ONNX
 backend test layout (NAME/model.onnx, NAME/test_data_set_0/input_N.pb and
 output_N.pb), with onnxruntime's outputs as the expected ones.
 
@@ -270,6 +270,40 @@ def main() -> None:
         a = (rng.integers(-16, 17, size=(1, 3, k)) / 4).astype(np.float32)
         names.append(case(out, f"test_matmul_nbits_4bit_k{k}_n{n}_block{block}_asymmetric",
                           [node], ["a"], ["y"], [a], inits=inits))
+    # MultiHeadAttention (com.microsoft): self-attention with bias, causal with a past,
+    # cross-attention over [b, heads, l, d] keys with an additive attention_bias.
+    heads, d = 2, 8
+    for name, s_len, kv_len, past, bias, causal, bnsh, attn_bias, scale in [
+        ("self", 4, 4, 0, False, False, False, False, 0.0),
+        ("self_bias_causal_past", 3, 3, 2, True, True, False, False, 0.0),
+        ("cross_bnsh_attention_bias", 4, 5, 0, False, False, True, True, 0.2),
+    ]:
+        ins, feeds = ["q"], [f(1, s_len, heads * d)]
+        if bnsh:
+            feeds += [f(1, heads, kv_len, d), f(1, heads, kv_len, d)]
+        else:
+            feeds += [f(1, kv_len, heads * d), f(1, kv_len, heads * d)]
+        ins += ["k", "v"]
+        ins.append("bias" if bias else "")
+        if bias:
+            feeds.append(f(3 * heads * d))
+        ins.append("")  # key_padding_mask
+        ins.append("attn_bias" if attn_bias else "")
+        if attn_bias:
+            feeds.append(f(1, 1, s_len, kv_len))
+        outs = ["y"]
+        if past:
+            ins += ["past_k", "past_v"]
+            feeds += [f(1, heads, past, d), f(1, heads, past, d)]
+            outs += ["present_k", "present_v"]
+        while ins[-1] == "":
+            ins.pop()
+        attrs = dict(num_heads=heads, unidirectional=int(causal))
+        if scale:
+            attrs["scale"] = scale
+        node = helper.make_node("MultiHeadAttention", ins, outs, domain=MS, **attrs)
+        names.append(case(out, f"test_multi_head_attention_{name}", [node], [i for i in ins if i],
+                          outs, feeds))
     manifest = out.parent / "manifest.txt"
     manifest.write_text(
         "# onnxruntime contrib-op node tests (testdata/contrib/generate.py, onnxruntime "

@@ -38,7 +38,7 @@
 //!   every level. `B`, `scales` and `zero_points` must be initializers.
 //!
 //! - `GroupQueryAttention`: see `gqa.rs`; `RotaryEmbedding`: see
-//!   `contrib_rope.rs`.
+//!   `contrib_rope.rs`; `MultiHeadAttention`: see `mha.rs`.
 //!
 //! Other `com.microsoft` ops are refused with their name and domain.
 
@@ -72,6 +72,7 @@ pub fn register(reg: &mut OpMap) {
     reg.insert("MatMulNBits", matmul_nbits);
     reg.insert("GroupQueryAttention", super::gqa::group_query_attention);
     reg.insert("RotaryEmbedding", super::contrib_rope::rotary_embedding);
+    reg.insert("MultiHeadAttention", super::mha::multi_head_attention);
 }
 
 fn skip_simplified_layer_norm(ctx: &mut Ctx) -> R<Vec<ValueId>> {

@@ -22,6 +22,7 @@ pub mod gather;
 pub mod gqa;
 pub mod logic;
 pub mod matmul;
+pub mod mha;
 pub mod misc;
 pub mod norm;
 pub mod reduce;
