@@ -292,3 +292,88 @@ fn the_documented_ci_recipe_records_and_checks() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A package is checked as compiled: its bucket graphs run on inputs padded
+/// into a bucket (never re-fused or re-planned), every recorded layer cut
+/// back to the real length; its own quantization picks the tolerance.
+#[test]
+fn packages_are_checked_as_compiled() {
+    let dir = std::env::temp_dir().join(format!("slmcc-goldens-pkg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = repo().join("goldens/qwen2");
+    let text = std::fs::read_to_string(src.join("manifest.json")).unwrap();
+    let slmcc = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .args(args)
+            .current_dir(repo())
+            .output()
+            .unwrap()
+    };
+    for (target, backends) in [
+        ("cpu", &["reference", "cpu"][..]),
+        ("rk3588", &["npu-sim"][..]),
+    ] {
+        let folder = dir.join(target);
+        for case in ["seq5", "seq11"] {
+            std::fs::create_dir_all(folder.join(case)).unwrap();
+            for entry in std::fs::read_dir(src.join(case)).unwrap() {
+                let p = entry.unwrap().path();
+                std::fs::copy(&p, folder.join(case).join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        let pkg = folder.join("qwen2.slmpkg");
+        let o = slmcc(&[
+            "compile",
+            "testdata/models/qwen2.onnx",
+            "--target",
+            target,
+            "--buckets",
+            "16",
+            "-o",
+            pkg.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        j["model"] = "qwen2.slmpkg".into();
+        let hash = slmcc_runtime::package::sha256_file(&pkg).unwrap();
+        j["model_sha256"] = slmcc_runtime::package::hex(&hash).into();
+        std::fs::write(folder.join("manifest.json"), j.to_string()).unwrap();
+        for backend in backends {
+            let o = slmcc(&[
+                "golden",
+                "check",
+                folder.to_str().unwrap(),
+                "--backend",
+                backend,
+            ]);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                o.status.success(),
+                "{target} on {backend}: {out}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(out.contains("all 10 layers within tolerance"), "{out}");
+            // The rk3588 package is W8A8: its tolerance is the manifest's w8a8.
+            let tolerance = if target == "rk3588" {
+                "max_rel 5.3e-2"
+            } else {
+                "max_rel 1e-5"
+            };
+            assert!(out.contains(tolerance), "{target}: {out}");
+        }
+        let o = slmcc(&[
+            "golden",
+            "check",
+            folder.to_str().unwrap(),
+            "--quant",
+            "w8a8",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("a package is checked as it was compiled"),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -136,14 +136,15 @@ impl<'m> Buckets<'m> {
         })
     }
 
-    /// Pads `inputs` to the smallest bucket that holds them, runs that
-    /// bucket's graph on the reference interpreter, and slices the outputs
-    /// back to the real length.
-    pub fn run(
+    /// The smallest bucket that holds `inputs`, and the inputs padded to
+    /// it (`padding` at the new positions, 0 in `attention_mask`): the
+    /// bucket's graph and record, the padded inputs and the real length.
+    #[allow(clippy::type_complexity)]
+    pub fn padded(
         &self,
         inputs: &[(String, Tensor)],
         padding: Padding,
-    ) -> Result<BucketRun, RunError> {
+    ) -> Result<(&'m Graph, &'m BucketInfo, Vec<(String, Tensor)>, usize), RunError> {
         let len = self.length(inputs)?;
         let (g, info) = self.pick(len).ok_or_else(|| {
             error(
@@ -178,6 +179,19 @@ impl<'m> Buckets<'m> {
             };
             padded.push((name.clone(), t));
         }
+        Ok((g, info, padded, len))
+    }
+
+    /// Pads `inputs` to the smallest bucket that holds them, runs that
+    /// bucket's graph on the reference interpreter, and slices the outputs
+    /// back to the real length.
+    pub fn run(
+        &self,
+        inputs: &[(String, Tensor)],
+        padding: Padding,
+    ) -> Result<BucketRun, RunError> {
+        let (g, info, padded, len) = self.padded(inputs, padding)?;
+        let bucket = info.size as usize;
         let mut result = run_graph(self.module, g, &padded, &Capture::Nothing)?;
         for ((_, t), ty) in result.outputs.iter_mut().zip(&info.outputs) {
             let axes = info.symbol_axes(ty);

@@ -11,6 +11,11 @@
 //! `max|a - b| / max(max|b|, 1e-6)`. The first layer over tolerance is named
 //! with the IR node that produced it.
 //!
+//! A manifest whose model is a package (`.slmpkg`) checks the package as
+//! compiled: its bucket graphs run on the inputs padded into the smallest
+//! bucket that holds them (no pass runs), each value cut back to the real
+//! length, with the tolerance of the package's own quantization.
+//!
 //! With `--quant w8a8|w4a8` the model is quantized after fusion and checked
 //! against the same (FP32) goldens with `tolerances.<quant>`: `max_rel` and
 //! `min_cosine` (the cosine similarity of each layer with its golden, at
@@ -24,6 +29,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use serde_json::Value as Json;
 use slmcc_ir::OpDef;
+use slmcc_ir::Tensor;
+use slmcc_runtime::bucket::{slice, Buckets, Padding};
 use slmcc_runtime::compare::diff;
 use slmcc_runtime::{npy, Capture};
 
@@ -71,7 +78,12 @@ fn str_field<'a>(j: &'a Json, key: &str, what: &str) -> anyhow::Result<&'a str> 
 
 /// `tolerance` is the key of `tolerances` to check with: the backend's
 /// name, or the quantization's.
-fn read_manifest(arg: &Path, tolerance: &str) -> anyhow::Result<Manifest> {
+/// Reads a golden folder's manifest; `tolerance` gives the key of its
+/// `tolerances` to read, from the model it names.
+fn read_manifest(
+    arg: &Path,
+    tolerance: impl Fn(&Path) -> anyhow::Result<String>,
+) -> anyhow::Result<Manifest> {
     let path = if arg.is_dir() {
         arg.join("manifest.json")
     } else {
@@ -99,7 +111,8 @@ fn read_manifest(arg: &Path, tolerance: &str) -> anyhow::Result<Manifest> {
             );
         }
     }
-    let t = &j["tolerances"][tolerance];
+    let tolerance = tolerance(&model)?;
+    let t = &j["tolerances"][tolerance.as_str()];
     let max_rel = t["max_rel"]
         .as_f64()
         .ok_or_else(|| anyhow!("{ctx}: no tolerance `tolerances.{tolerance}.max_rel`"))?;
@@ -160,20 +173,37 @@ struct Divergence {
 fn check(args: GoldenCheckArgs) -> CmdResult {
     let backend = Backend::from(args.backend);
     let quant = args.quant.get(QuantScheme::None)?;
-    let tolerance = tolerance_key(&quant, args.backend);
     let label = run_label(&quant, args.backend);
     let mut first: Option<Divergence> = None;
     let mut layers_checked = 0usize;
     // The --json report: one entry per layer checked.
     let mut report: Vec<Json> = Vec::new();
     for arg in &args.goldens {
-        let m = read_manifest(arg, tolerance)?;
+        let m = read_manifest(arg, |model| tolerance_for(model, &quant, args.backend))?;
         let mut module = load_module(&m.model)?;
-        let cpu = args.threads.cpu_options();
-        calibrate(&mut module, &args.quant, &quant, &m.model, &cpu)?;
-        prepare_quantized(&mut module, quant, args.extra_passes.as_deref(), &m.model)?;
-        let graph = entry_graph(&module)?;
-        let producers = graph.producers();
+        let is_package = m.model.extension().is_some_and(|e| e == "slmpkg");
+        if is_package {
+            if args.quant.quant.is_some() || args.extra_passes.is_some() {
+                return Err(anyhow!(
+                    "{}: a package is checked as it was compiled; --quant and --extra-passes apply to models",
+                    m.model.display()
+                )
+                .into());
+            }
+        } else {
+            let cpu = args.threads.cpu_options();
+            calibrate(&mut module, &args.quant, &quant, &m.model, &cpu)?;
+            prepare_quantized(&mut module, quant, args.extra_passes.as_deref(), &m.model)?;
+        }
+        // A package's bucket graphs run as compiled, on inputs padded into
+        // the smallest bucket that holds them.
+        let buckets = match is_package && !module.buckets.is_empty() {
+            true => Some(
+                Buckets::new(&module, &super::load::bucket_base(&module, &m.model)?)
+                    .map_err(|e| anyhow!("{}: {e}", m.model.display()))?,
+            ),
+            false => None,
+        };
         for case in &m.cases {
             let cosine = m
                 .min_cosine
@@ -192,6 +222,16 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let names: HashSet<String> = case.layers.iter().map(|l| l.value.clone()).collect();
             let cpu = args.threads.cpu_options();
+            let (graph, inputs, cut) = match &buckets {
+                Some(b) => {
+                    let (g, info, padded, len) = b
+                        .padded(&inputs, Padding::default())
+                        .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
+                    (g, padded, Some((info.size as usize, len)))
+                }
+                None => (entry_graph(&module)?, inputs, None),
+            };
+            let producers = graph.producers();
             let result = execute(
                 backend,
                 &cpu,
@@ -224,7 +264,11 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                         )
                     })?;
                 let want = npy::read(&l.file).map_err(|e| anyhow!(e))?;
-                let d = diff(got, &want).map_err(|e| anyhow!("layer `{}`: {e}", l.layer))?;
+                let got = match cut {
+                    Some((bucket, len)) => cut_to_length(got, want.shape(), bucket, len),
+                    None => got.as_ref().clone(),
+                };
+                let d = diff(&got, &want).map_err(|e| anyhow!("layer `{}`: {e}", l.layer))?;
                 let cosine_ok = m.min_cosine.is_none_or(|c| d.cosine >= c);
                 let ok = d.max_rel <= m.max_rel && cosine_ok && d.mismatched_specials == 0;
                 layers_checked += 1;
@@ -302,6 +346,44 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 d.at
             )))
         }
+    }
+}
+
+/// The tolerance key a check of `model` reads: for a package, the
+/// quantization it was compiled with (`w8a8`, ...) or, unquantized, the
+/// backend's; for a model, what `--quant` and `--backend` ask for.
+fn tolerance_for(model: &Path, quant: &Quant, backend: BackendArg) -> anyhow::Result<String> {
+    if model.extension().is_none_or(|e| e != "slmpkg") {
+        return Ok(tolerance_key(quant, backend).to_string());
+    }
+    let pkg = slmcc_runtime::package::Package::open(model)?;
+    let compiled = pkg
+        .manifest
+        .options
+        .as_ref()
+        .map(|o| o.quant.clone())
+        .unwrap_or_default();
+    Ok(match compiled.as_str() {
+        "" | "none" => tolerance_key(&None, backend).to_string(),
+        q => q.to_string(),
+    })
+}
+
+/// A value of a padded bucket cut back to the golden's `shape`: each axis
+/// that the bucket lengthened (`bucket` where the golden has `len`) keeps
+/// its first `len` positions. Any other difference is left for the
+/// comparison to report.
+fn cut_to_length(t: &Tensor, shape: &[usize], bucket: usize, len: usize) -> Tensor {
+    let axes: Vec<usize> = (0..shape.len())
+        .filter(|&a| t.shape().get(a) != Some(&shape[a]))
+        .collect();
+    let lengthened = t.shape().len() == shape.len()
+        && axes
+            .iter()
+            .all(|&a| t.shape()[a] == bucket && shape[a] == len);
+    match lengthened && !axes.is_empty() {
+        true => slice(t, &axes, len),
+        false => t.clone(),
     }
 }
 

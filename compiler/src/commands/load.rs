@@ -417,3 +417,19 @@ pub fn read_tensor(path: &Path) -> anyhow::Result<Tensor> {
         _ => bail!("{}: expected a .npy or .pb tensor file", path.display()),
     }
 }
+
+/// The base graph of a module's buckets: the only one, or `main`.
+pub fn bucket_base(module: &Module, path: &Path) -> anyhow::Result<String> {
+    let mut bases: Vec<&str> = module.buckets.values().map(|b| b.base.as_str()).collect();
+    bases.sort_unstable();
+    bases.dedup();
+    match bases[..] {
+        [b] => Ok(b.to_string()),
+        _ if bases.contains(&"main") => Ok("main".to_string()),
+        _ => bail!(
+            "{}: the module has bucket graphs of {} base graphs and none is `main`",
+            path.display(),
+            bases.len()
+        ),
+    }
+}

@@ -16,8 +16,8 @@ use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    calibrate, cpu_kernels, entry_graph, execute, npu_kernels, npu_lowered, prepare_quantized,
-    read_tensor, Backend, Loaded,
+    bucket_base, calibrate, cpu_kernels, entry_graph, execute, npu_kernels, npu_lowered,
+    prepare_quantized, read_tensor, Backend, Loaded,
 };
 use super::profile::{Phases, Profile};
 use crate::cli::{BackendArg, QuantScheme, RunArgs};
@@ -203,20 +203,7 @@ fn run_bucketed(
             });
             entry_graph(module)?.name.clone()
         }
-        None => {
-            let mut bases: Vec<&str> = module.buckets.values().map(|b| b.base.as_str()).collect();
-            bases.sort_unstable();
-            bases.dedup();
-            match bases[..] {
-                [b] => b.to_string(),
-                _ if bases.contains(&"main") => "main".to_string(),
-                _ => bail!(
-                    "{}: the module has bucket graphs of {} base graphs and none is `main`",
-                    path.display(),
-                    bases.len()
-                ),
-            }
-        }
+        None => bucket_base(module, path)?,
     };
     if pipeline.is_none()
         && backend != Backend::Reference
