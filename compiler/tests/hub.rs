@@ -322,3 +322,47 @@ fn a_with_past_model_asks_for_kv_cache() {
     refused(&o, "compile it with --kv-cache");
     assert!(!pkg.exists());
 }
+
+/// `golden record` of an Optimum export from onnxruntime, with only the
+/// token ids (the mask and positions made for onnxruntime) or with all
+/// three inputs; `golden check` then matches every value on reference and
+/// cpu.
+#[test]
+fn goldens_of_an_optimum_export_record_and_check() {
+    let dir = scratch_dir("hub-goldens");
+    let model = repo().join("testdata/hub/from_optimum/llama.onnx");
+    let file = |name: &str, t: Tensor| {
+        let p = dir.join(name);
+        write_npy(&p, &t);
+        p
+    };
+    let ids = file(
+        "ids.npy",
+        Tensor::from_i64(vec![1, 6], vec![1, 5, 7, 9, 11, 13]),
+    );
+    let mask = file("mask.npy", Tensor::from_i64(vec![1, 6], vec![1; 6]));
+    let pos = file("pos.npy", Tensor::from_i64(vec![1, 6], (0..6).collect()));
+    let ids = format!("input_ids={}", s(&ids));
+    let all = [
+        ids.clone(),
+        format!("attention_mask={}", s(&mask)),
+        format!("position_ids={}", s(&pos)),
+    ];
+    for (k, given) in [&all[..1], &all[..]].into_iter().enumerate() {
+        let out = dir.join(format!("goldens{k}"));
+        let mut args = vec!["golden", "record", s(&model), "-o", s(&out)];
+        for g in given {
+            args.extend(["--input", g.as_str()]);
+        }
+        ok(&slmcc(&args));
+        for backend in ["reference", "cpu"] {
+            let o = slmcc(&["golden", "check", s(&out), "--backend", backend]);
+            ok(&o);
+            assert!(
+                stdout(&o).contains("layers within tolerance"),
+                "{}",
+                stdout(&o)
+            );
+        }
+    }
+}

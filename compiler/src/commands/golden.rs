@@ -37,7 +37,8 @@ use slmcc_runtime::{npy, Capture};
 use slmcc::pipeline::{quant_name, Quant};
 
 use super::load::{
-    calibrate, entry_graph, execute, load_module, prepare_quantized, read_tensor, Backend,
+    calibrate, computed_inputs_dropped, entry_graph, execute, load_module, prepare_quantized,
+    read_tensor, Backend,
 };
 use crate::cli::{BackendArg, GoldenAction, GoldenArgs, GoldenCheckArgs, QuantScheme};
 use crate::exit::{CmdResult, Failure};
@@ -224,12 +225,17 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
             let cpu = args.threads.cpu_options();
             let (graph, inputs, cut) = match &buckets {
                 Some(b) => {
+                    let smallest = b.pick(0).expect("a bucket").0;
+                    let inputs = computed_inputs_dropped(smallest, inputs)?;
                     let (g, info, padded, len) = b
                         .padded(&inputs, Padding::default())
                         .map_err(|e| anyhow!("{}: {e}", m.model.display()))?;
                     (g, padded, Some((info.size as usize, len)))
                 }
-                None => (entry_graph(&module)?, inputs, None),
+                None => {
+                    let graph = entry_graph(&module)?;
+                    (graph, computed_inputs_dropped(graph, inputs)?, None)
+                }
             };
             let producers = graph.producers();
             let result = execute(

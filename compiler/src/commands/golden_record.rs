@@ -22,11 +22,13 @@ use slmcc_runtime::package::{hex, sha256_file};
 use slmcc_runtime::Capture;
 
 use super::load::{
-    calibrate, entry_graph, execute, load_module, prepare_quantized, read_tensor, Backend,
+    calibrate, computed_inputs_dropped, entry_graph, execute, load_module, prepare_quantized,
+    read_tensor, Backend,
 };
 use super::opt::partial_path;
 use crate::cli::{GoldenRecordArgs, QuantScheme};
 use crate::exit::CmdResult;
+use slmcc_passes::transforms::decoder_inputs;
 
 /// The helper that runs onnxruntime.
 const HELPER: &str = include_str!("golden_record.py");
@@ -59,21 +61,34 @@ fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
         bail!("--quant records slmcc's own values: give --self (onnxruntime's are FP32)");
     }
     let mut module = load_module(model)?;
+    // The model's own inputs: onnxruntime is fed every one of them.
+    let original = entry_graph(&module)?;
+    let model_inputs: Vec<String> = original
+        .inputs
+        .iter()
+        .map(|&v| original.value(v).name.clone())
+        .collect();
     let cpu = args.threads.cpu_options();
     calibrate(&mut module, &args.quant, &quant, model, &cpu)?;
     prepare_quantized(&mut module, quant, None, model)?;
     let graph = entry_graph(&module)?;
-    let graph_inputs: Vec<&str> = graph
-        .inputs
-        .iter()
-        .map(|&v| graph.value(v).name.as_str())
-        .collect();
-    let inputs = name_inputs(inputs, &graph_inputs, model)?;
+    let model_refs: Vec<&str> = model_inputs.iter().map(String::as_str).collect();
+    let named = name_inputs(inputs, &model_refs, model)?;
+    // A decoder's attention_mask and position_ids, which `decoder-inputs`
+    // computes in the graph: checked when given, their values made for
+    // onnxruntime when not.
+    let inputs = with_computed_inputs(named, &model_inputs, model)?;
+    let ours = computed_inputs_dropped(graph, inputs.clone())?;
+    for name in graph.inputs.iter().map(|&v| &graph.value(v).name) {
+        if !ours.iter().any(|(n, _)| n == name) {
+            bail!("{}: no value given for input `{name}`", model.display());
+        }
+    }
     // Every value the fused graph computes, in schedule order, then its
     // outputs: what `golden check` can compare. The cpu and NPU backends
     // run the graph specialised to the inputs' shapes, where more folds
     // away: only the values both keep are recorded.
-    let (special, _) = slmcc::unplanned::specialize_to_inputs(&module, graph, &inputs)
+    let (special, _) = slmcc::unplanned::specialize_to_inputs(&module, graph, &ours)
         .map_err(|e| anyhow!("{}: {e}", model.display()))?;
     let kept = &special.graphs[0];
     let mut values: Vec<String> = Vec::new();
@@ -149,8 +164,8 @@ fn read_inputs(args: &GoldenRecordArgs) -> anyhow::Result<Vec<(String, Tensor)>>
         .collect()
 }
 
-/// Names each input (an unnamed one by its position among the graph's
-/// inputs) and checks that they are exactly the graph's inputs.
+/// Names each input (an unnamed one by its position among the model's
+/// inputs) and checks that each is an input of the model.
 fn name_inputs(
     inputs: Vec<(String, Tensor)>,
     graph_inputs: &[&str],
@@ -179,13 +194,35 @@ fn name_inputs(
             );
         }
     }
-    if let Some(missing) = graph_inputs
-        .iter()
-        .find(|g| !named.iter().any(|(n, _)| n == *g))
-    {
-        bail!("{}: no value given for input `{missing}`", model.display());
-    }
     Ok(named)
+}
+
+/// `inputs` with the values a batch-1 decoder's graph computes for its
+/// missing `attention_mask` and `position_ids` added (onnxruntime needs
+/// them); fails naming any other input left out.
+fn with_computed_inputs(
+    mut inputs: Vec<(String, Tensor)>,
+    model_inputs: &[String],
+    model: &Path,
+) -> anyhow::Result<Vec<(String, Tensor)>> {
+    let seq = inputs
+        .iter()
+        .find(|(n, _)| n == decoder_inputs::TOKEN_INPUT)
+        .and_then(|(_, t)| t.shape().get(1).copied());
+    let past = inputs
+        .iter()
+        .find(|(n, t)| n.starts_with(decoder_inputs::PAST_PREFIX) && t.shape().len() == 4)
+        .map_or(0, |(_, t)| t.shape()[2]);
+    for name in model_inputs {
+        if inputs.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        match seq.and_then(|seq| decoder_inputs::default_value(name, seq, past)) {
+            Some(t) => inputs.push((name.clone(), t)),
+            None => bail!("{}: no value given for input `{name}`", model.display()),
+        }
+    }
+    Ok(inputs)
 }
 
 /// Where the values come from.
@@ -278,6 +315,7 @@ fn from_slmcc(
     values: &[String],
 ) -> anyhow::Result<Recorded> {
     let graph = entry_graph(module)?;
+    let inputs = computed_inputs_dropped(graph, inputs.to_vec())?;
     let capture = Capture::Names(values.iter().cloned().collect());
     let cpu = args.threads.cpu_options();
     let result = execute(
@@ -285,7 +323,7 @@ fn from_slmcc(
         &cpu,
         module,
         graph,
-        inputs,
+        &inputs,
         &capture,
     )
     .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;

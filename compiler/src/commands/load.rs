@@ -433,3 +433,43 @@ pub fn bucket_base(module: &Module, path: &Path) -> anyhow::Result<String> {
         ),
     }
 }
+
+/// `inputs` without those that `decoder-inputs` computes inside the graph
+/// (a decoder's `attention_mask` and `position_ids` at batch 1), once each
+/// is checked to hold what the graph computes there. A mask with padding,
+/// or positions that do not follow the past, are refused: the compiled
+/// graph would silently compute something else.
+pub fn computed_inputs_dropped(
+    graph: &Graph,
+    inputs: Vec<(String, Tensor)>,
+) -> anyhow::Result<Vec<(String, Tensor)>> {
+    let is_input = |n: &str| graph.inputs.iter().any(|&i| graph.value(i).name == n);
+    let past = inputs
+        .iter()
+        .find(|(n, t)| {
+            n.starts_with(slmcc_passes::transforms::decoder_inputs::PAST_PREFIX)
+                && t.shape().len() == 4
+        })
+        .map_or(0, |(_, t)| t.shape()[2] as i64);
+    let mut kept = Vec::with_capacity(inputs.len());
+    for (name, t) in inputs {
+        if is_input(&name) {
+            kept.push((name, t));
+            continue;
+        }
+        match slmcc_passes::transforms::decoder_inputs::default_value_matches(&name, &t, past) {
+            Some(true) => tracing::info!(
+                "input `{name}` holds what graph @{} computes for it at batch 1",
+                graph.name
+            ),
+            Some(false) => bail!(
+                "graph @{}: `{name}` differs from what the graph computes at batch 1 \
+                 (a mask of ones; positions from the past length {past}): slmcc runs \
+                 decoders one unpadded sequence at a time; leave `{name}` out",
+                graph.name
+            ),
+            None => kept.push((name, t)),
+        }
+    }
+    Ok(kept)
+}

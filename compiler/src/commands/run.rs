@@ -8,7 +8,6 @@ use anyhow::{anyhow, bail, Context};
 use slmcc::pipeline::{BucketSpec, PackTarget, Pipeline, Quant};
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_passes::transforms::bucket_specialize::parse_buckets;
-use slmcc_passes::transforms::decoder_inputs;
 use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::exec::{ExecError, KernelSet};
 use slmcc_runtime::package::Package;
@@ -16,8 +15,8 @@ use slmcc_runtime::planned::PlannedBuckets;
 use slmcc_runtime::{npy, Capture, RunResult};
 
 use super::load::{
-    bucket_base, calibrate, cpu_kernels, entry_graph, execute, npu_kernels, npu_lowered,
-    prepare_quantized, read_tensor, Backend, Loaded,
+    bucket_base, calibrate, computed_inputs_dropped, cpu_kernels, entry_graph, execute,
+    npu_kernels, npu_lowered, prepare_quantized, read_tensor, Backend, Loaded,
 };
 use super::profile::{Phases, Profile};
 use crate::cli::{BackendArg, QuantScheme, RunArgs};
@@ -125,43 +124,6 @@ pub fn run(args: RunArgs) -> CmdResult {
         }
     }
     Ok(())
-}
-
-/// `inputs` without those that `decoder-inputs` computes inside the graph
-/// (a decoder's `attention_mask` and `position_ids` at batch 1), once each
-/// is checked to hold what the graph computes there. A mask with padding,
-/// or positions that do not follow the past, are refused: the compiled
-/// graph would silently compute something else.
-fn computed_inputs_dropped(
-    graph: &Graph,
-    inputs: Vec<(String, Tensor)>,
-) -> anyhow::Result<Vec<(String, Tensor)>> {
-    let is_input = |n: &str| graph.inputs.iter().any(|&i| graph.value(i).name == n);
-    let past = inputs
-        .iter()
-        .find(|(n, t)| n.starts_with(decoder_inputs::PAST_PREFIX) && t.shape().len() == 4)
-        .map_or(0, |(_, t)| t.shape()[2] as i64);
-    let mut kept = Vec::with_capacity(inputs.len());
-    for (name, t) in inputs {
-        if is_input(&name) {
-            kept.push((name, t));
-            continue;
-        }
-        match decoder_inputs::default_value_matches(&name, &t, past) {
-            Some(true) => tracing::info!(
-                "input `{name}` holds what graph @{} computes for it at batch 1",
-                graph.name
-            ),
-            Some(false) => bail!(
-                "graph @{}: `{name}` differs from what the graph computes at batch 1 \
-                 (a mask of ones; positions from the past length {past}): slmcc runs \
-                 decoders one unpadded sequence at a time; leave `{name}` out",
-                graph.name
-            ),
-            None => kept.push((name, t)),
-        }
-    }
-    Ok(kept)
 }
 
 /// Runs on sequence-length buckets: specialises the model to `--buckets`

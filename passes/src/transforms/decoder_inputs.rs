@@ -309,6 +309,20 @@ fn positions(g: &mut Graph, name: String, past: &Dim, seq: &Dim) -> Result<Value
     add1(g, Unsqueeze { axes: vec![0] }, vec![range], name, ty)
 }
 
+/// The value the graph computes for `name` at batch 1, for `seq` new
+/// tokens after `past`: ones `i64[1, past + seq]` for the mask, the
+/// positions `past ..` as `i64[1, seq]`; `None` for other inputs.
+pub fn default_value(name: &str, seq: usize, past: usize) -> Option<Tensor> {
+    match name {
+        MASK_INPUT => Some(Tensor::from_i64(vec![1, past + seq], vec![1; past + seq])),
+        POSITIONS_INPUT => Some(Tensor::from_i64(
+            vec![1, seq],
+            (past..past + seq).map(|p| p as i64).collect(),
+        )),
+        _ => None,
+    }
+}
+
 /// Whether `value`, given for an input that `decoder-inputs` computes,
 /// holds what the graph computes there at batch 1 (`past`: the length of
 /// the past given with it): a mask of ones, or the positions `past ..`.
