@@ -91,11 +91,13 @@ pub struct GraphEstimate {
 impl GraphEstimate {
     /// Seconds on `device`.
     pub fn seconds_on(&self, device: Device) -> f64 {
+        // An empty f64 sum is -0.0; `+ 0.0` makes it the 0 a report prints.
         self.nodes
             .iter()
             .filter(|n| n.device == device)
             .map(|n| n.seconds)
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     /// Seconds of the whole graph.
