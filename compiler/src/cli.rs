@@ -1047,6 +1047,10 @@ pub struct GoldenCheckArgs {
     /// Golden folders (`goldens/<model>/` with `manifest.json`) or manifest files.
     #[arg(required = true)]
     pub goldens: Vec<PathBuf>,
+    /// For a manifest that names a package: the key that must have signed
+    /// it, and its weights key.
+    #[command(flatten)]
+    pub keys: PackageKeys,
     /// Where to run.
     #[arg(long, value_enum, default_value_t = BackendArg::Reference)]
     pub backend: BackendArg,

@@ -377,3 +377,88 @@ fn packages_are_checked_as_compiled() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A signed, encrypted package is checked with its keys: `--decrypt` for
+/// its weights, `--trust` for its signer; without the weights key it is
+/// refused, as `run` refuses it.
+#[test]
+fn an_encrypted_signed_package_is_checked_with_its_keys() {
+    let dir = std::env::temp_dir().join(format!("slmcc-goldens-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = repo().join("goldens/qwen2");
+    std::fs::create_dir_all(dir.join("seq5")).unwrap();
+    for entry in std::fs::read_dir(src.join("seq5")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, dir.join("seq5").join(p.file_name().unwrap())).unwrap();
+    }
+    let (signing, trusted) = common::keygen_in(&dir, "signer");
+    let (_, stranger) = common::keygen_in(&dir, "stranger");
+    let weights_key = dir.join("weights.key");
+    std::fs::write(&weights_key, "ab".repeat(32)).unwrap();
+    let slmcc = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_slmcc"))
+            .args(args)
+            .current_dir(repo())
+            .output()
+            .unwrap()
+    };
+    let pkg = dir.join("qwen2.slmpkg");
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+    let o = slmcc(&[
+        "compile",
+        "testdata/models/qwen2.onnx",
+        "--target",
+        "cpu",
+        "--buckets",
+        "16",
+        "--sign",
+        &p(&signing),
+        "--encrypt",
+        &p(&weights_key),
+        "-o",
+        &p(&pkg),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(src.join("manifest.json")).unwrap();
+    let mut j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    j["model"] = "qwen2.slmpkg".into();
+    j["model_sha256"] =
+        slmcc_runtime::package::hex(&slmcc_runtime::package::sha256_file(&pkg).unwrap()).into();
+    j["cases"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| c["name"] == "seq5");
+    std::fs::write(dir.join("manifest.json"), j.to_string()).unwrap();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["golden".to_string(), "check".to_string(), p(&dir)];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        slmcc(&args)
+    };
+    let o = check(&["--decrypt", &p(&weights_key), "--trust", &p(&trusted)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("all 5 layers within tolerance"), "{out}");
+    let stranger_args = [
+        "--decrypt".to_string(),
+        p(&weights_key),
+        "--trust".to_string(),
+        p(&stranger),
+    ];
+    for (extra, reason) in [
+        (&[][..], "give the key with --decrypt"),
+        (&stranger_args[..], "not by the trusted key"),
+    ] {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let o = check(&extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(reason), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -37,8 +37,8 @@ use slmcc_runtime::{npy, Capture};
 use slmcc::pipeline::{quant_name, Quant};
 
 use super::load::{
-    calibrate, computed_inputs_dropped, entry_graph, execute, load_module, prepare_quantized,
-    read_tensor, Backend,
+    calibrate, computed_inputs_dropped, entry_graph, execute, prepare_quantized, read_tensor,
+    Backend, Loaded,
 };
 use crate::cli::{BackendArg, GoldenAction, GoldenArgs, GoldenCheckArgs, QuantScheme};
 use crate::exit::{CmdResult, Failure};
@@ -181,7 +181,7 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
     let mut report: Vec<Json> = Vec::new();
     for arg in &args.goldens {
         let m = read_manifest(arg, |model| tolerance_for(model, &quant, args.backend))?;
-        let mut module = load_module(&m.model)?;
+        let mut module = Loaded::load(&m.model, &args.keys)?.module;
         let is_package = m.model.extension().is_some_and(|e| e == "slmpkg");
         if is_package {
             if args.quant.quant.is_some() || args.extra_passes.is_some() {
