@@ -1,7 +1,8 @@
 //! What an op import function sees: the node's attributes (typed getters;
 //! every attribute must be read, so one the importer does not know is
 //! rejected), its operands and their facts, and a builder that appends IR
-//! nodes with inferred result types.
+//! nodes with inferred result types (folding small known integer logic into
+//! constants).
 
 use onnx_protobuf::attribute_proto::AttributeType;
 use onnx_protobuf::{AttributeProto, NodeProto};
@@ -332,8 +333,11 @@ impl<'a, 'm> Ctx<'a, 'm> {
     // ----- building -------------------------------------------------------
 
     /// Appends a node; its result types (and known values) come from the
-    /// op's inference on the operands' facts. Results get fresh names; the
-    /// ones returned to the import loop are renamed to the ONNX outputs.
+    /// op's inference on the operands' facts. A node whose operands are all
+    /// small known integer or boolean values is written as the `constant`
+    /// it evaluates to instead (`fold_small_value`). Results get fresh
+    /// names; the ones returned to the import loop are renamed to the ONNX
+    /// outputs.
     pub fn add(&mut self, op: impl Into<Op>, inputs: &[ValueId]) -> R<Vec<ValueId>> {
         let mut op: Op = op.into();
         let facts: Vec<&Fact> = inputs.iter().map(|&v| self.imp.fact(v)).collect();
