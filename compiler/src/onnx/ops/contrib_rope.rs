@@ -17,13 +17,11 @@
 //! CPU kernel does not read it either).
 
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
-use slmcc_ir::ops::gather::Gather;
-use slmcc_ir::ops::range::Range;
 use slmcc_ir::ops::reshape::Reshape;
 use slmcc_ir::ops::rope::Rope;
 use slmcc_ir::{Dim, ValueId};
 
-use super::transformer::{full_table, merge_heads, split_heads};
+use super::transformer::{merge_heads, positions, rope_tables, split_heads};
 use crate::onnx::context::{fail, Ctx, R};
 
 pub fn rotary_embedding(ctx: &mut Ctx) -> R<Vec<ValueId>> {
@@ -63,27 +61,17 @@ pub fn rotary_embedding(ctx: &mut Ctx) -> R<Vec<ValueId>> {
     if r <= 0 || r > d || r != 2 * half {
         fail!("the rotary dim {r} must be even, within the head size {d} and twice the caches' {half}");
     }
-    let positions = if ctx.ty(pos).shape.dims().iter().all(|d| *d == Dim::fixed(1)) {
+    let at = if ctx.ty(pos).shape.dims().iter().all(|d| *d == Dim::fixed(1)) {
         // One offset: the positions after it.
         let s = ctx.ty(x4).shape.dims()[2].clone();
         let offset = ctx.const_dims(vec![])?;
         let offset = ctx.add1(Reshape { allow_zero: false }, &[pos, offset])?;
-        let (start, limit, delta) = (
-            ctx.scalar_dims(Dim::fixed(0))?,
-            ctx.scalar_dims(s)?,
-            ctx.scalar_dims(Dim::fixed(1))?,
-        );
-        let range = ctx.add1(Range, &[start, limit, delta])?;
+        let range = positions(ctx, &s)?;
         ctx.add1(Binary::new(BinaryKind::Add), &[range, offset])?
     } else {
         pos
     };
-    let cos = ctx.add1(Gather { axis: 0 }, &[cos, positions])?;
-    let sin = ctx.add1(Gather { axis: 0 }, &[sin, positions])?;
-    let (cos, sin) = (
-        full_table(ctx, cos, interleaved)?,
-        full_table(ctx, sin, interleaved)?,
-    );
+    let (cos, sin) = rope_tables(ctx, cos, sin, Some(at), interleaved)?;
     let rope = Rope {
         rotary_dim: r,
         interleaved,

@@ -35,13 +35,11 @@
 use slmcc_ir::ops::attention::Attention;
 use slmcc_ir::ops::binary::{Binary, BinaryKind};
 use slmcc_ir::ops::concat::Concat;
-use slmcc_ir::ops::gather::Gather;
-use slmcc_ir::ops::range::Range;
 use slmcc_ir::ops::rope::Rope;
 use slmcc_ir::ops::split::Split;
 use slmcc_ir::{Dim, ValueId};
 
-use super::transformer::{full_table, merge_heads, split_heads};
+use super::transformer::{merge_heads, positions, rope_tables, split_heads};
 use crate::onnx::context::{fail, Ctx, R};
 
 pub fn group_query_attention(ctx: &mut Ctx) -> R<Vec<ValueId>> {
@@ -174,14 +172,11 @@ fn rotate(
             ctx.ty(cos)
         );
     };
-    let positions = match ctx.opt_input(9) {
+    let at = match ctx.opt_input(9) {
         Some(p) => p,
         None => {
             let s = ctx.ty(q).shape.dims()[2].clone();
-            let start = ctx.scalar_dims(Dim::fixed(0))?;
-            let limit = ctx.scalar_dims(s)?;
-            let delta = ctx.scalar_dims(Dim::fixed(1))?;
-            let range = ctx.add1(Range, &[start, limit, delta])?;
+            let range = positions(ctx, &s)?;
             if *past == Dim::fixed(0) {
                 range
             } else {
@@ -190,12 +185,7 @@ fn rotate(
             }
         }
     };
-    let cos = ctx.add1(Gather { axis: 0 }, &[cos, positions])?;
-    let sin = ctx.add1(Gather { axis: 0 }, &[sin, positions])?;
-    let (cos, sin) = (
-        full_table(ctx, cos, interleaved)?,
-        full_table(ctx, sin, interleaved)?,
-    );
+    let (cos, sin) = rope_tables(ctx, cos, sin, Some(at), interleaved)?;
     let rope = Rope {
         rotary_dim: 2 * half,
         interleaved,

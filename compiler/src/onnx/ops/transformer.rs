@@ -126,14 +126,6 @@ pub(super) fn merge_heads(ctx: &mut Ctx, x: ValueId) -> R<ValueId> {
 /// ONNX's causal rule as a boolean `[queries, keys]` mask: query `i`
 /// sees key `j` when `j <= i + past`.
 fn causal_keep(ctx: &mut Ctx, queries: &Dim, keys: &Dim, past: &Dim) -> R<ValueId> {
-    let positions = |ctx: &mut Ctx, len: &Dim| -> R<ValueId> {
-        let (start, limit, delta) = (
-            ctx.scalar_dims(Dim::fixed(0))?,
-            ctx.scalar_dims(len.clone())?,
-            ctx.scalar_dims(Dim::fixed(1))?,
-        );
-        ctx.add1(Range, &[start, limit, delta])
-    };
     let rows = positions(ctx, queries)?;
     let offset = ctx.scalar_dims(past.clone())?;
     let rows = ctx.add1(Binary::new(BinaryKind::Add), &[rows, offset])?;
@@ -142,8 +134,40 @@ fn causal_keep(ctx: &mut Ctx, queries: &Dim, keys: &Dim, past: &Dim) -> R<ValueI
     ctx.add1(Binary::new(BinaryKind::LessOrEqual), &[cols, rows])
 }
 
+/// `range(0, len, 1)`: the positions of `len` tokens.
+pub(super) fn positions(ctx: &mut Ctx, len: &Dim) -> R<ValueId> {
+    let (start, limit, delta) = (
+        ctx.scalar_dims(Dim::fixed(0))?,
+        ctx.scalar_dims(len.clone())?,
+        ctx.scalar_dims(Dim::fixed(1))?,
+    );
+    ctx.add1(Range, &[start, limit, delta])
+}
+
+/// The `[.., r]` cos and sin tables `rope` reads, from `[.., r/2]` caches
+/// (read at the rows `at`, when given).
+pub(super) fn rope_tables(
+    ctx: &mut Ctx,
+    cos: ValueId,
+    sin: ValueId,
+    at: Option<ValueId>,
+    interleaved: bool,
+) -> R<(ValueId, ValueId)> {
+    let (cos, sin) = match at {
+        Some(rows) => (
+            ctx.add1(Gather { axis: 0 }, &[cos, rows])?,
+            ctx.add1(Gather { axis: 0 }, &[sin, rows])?,
+        ),
+        None => (cos, sin),
+    };
+    Ok((
+        full_table(ctx, cos, interleaved)?,
+        full_table(ctx, sin, interleaved)?,
+    ))
+}
+
 /// A `[.., r/2]` cache as the `[.., r]` table `rope` reads.
-pub(super) fn full_table(ctx: &mut Ctx, c: ValueId, interleaved: bool) -> R<ValueId> {
+fn full_table(ctx: &mut Ctx, c: ValueId, interleaved: bool) -> R<ValueId> {
     if !interleaved {
         return ctx.add1(Concat { axis: -1 }, &[c, c]);
     }
@@ -190,10 +214,7 @@ fn rotary_embedding(ctx: &mut Ctx) -> R<Vec<ValueId>> {
             ctx.ty(cos)
         );
     }
-    let (cos, sin) = (
-        full_table(ctx, cos, interleaved)?,
-        full_table(ctx, sin, interleaved)?,
-    );
+    let (cos, sin) = rope_tables(ctx, cos, sin, None, interleaved)?;
     let rope = Rope {
         rotary_dim: r,
         interleaved,
