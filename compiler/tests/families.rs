@@ -20,7 +20,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{generate_tokens, repo, slmcc, stderr, stdout};
+use common::{generate_tokens, repo, slmcc, stderr, stdout, top1_agreement};
 use slmcc::fusion::{fuse_and_summarize, FusionSummary};
 use slmcc_ir::Tensor;
 use slmcc_runtime::npy;
@@ -327,21 +327,6 @@ fn logits(model: &Path, input: &Path, out: &Path, extra: &[&str]) -> Tensor {
     let o = slmcc(&args);
     assert!(o.status.success(), "{}: {}", model.display(), stderr(&o));
     npy::read(&out.join("logits.npy")).unwrap()
-}
-
-/// Positions whose arg-max logit agrees.
-fn top1_agreement(a: &Tensor, b: &Tensor) -> (usize, usize) {
-    let vocab = *a.shape().last().unwrap();
-    let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
-    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
-    let n = a.len() / vocab;
-    let same = (0..n)
-        .filter(|t| {
-            let r = t * vocab..(t + 1) * vocab;
-            argmax(&a[r.clone()]) == argmax(&b[r])
-        })
-        .count();
-    (same, n)
 }
 
 #[test]

@@ -109,18 +109,9 @@ fn kv_cache_packages_of_downloaded_models_generate_the_same_tokens() {
     }
 }
 
-/// Positions whose arg-max logit agrees.
-fn top1_agreement(a: &Tensor, b: &Tensor) -> f64 {
-    let vocab = *a.shape().last().unwrap();
-    let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
-    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
-    let n = a.len() / vocab;
-    let same = (0..n)
-        .filter(|t| {
-            let r = t * vocab..(t + 1) * vocab;
-            argmax(&a[r.clone()]) == argmax(&b[r])
-        })
-        .count();
+/// The share of positions whose arg-max logit agrees.
+fn top1_share(a: &Tensor, b: &Tensor) -> f64 {
+    let (same, n) = common::top1_agreement(a, b);
     same as f64 / n as f64
 }
 
@@ -164,7 +155,7 @@ fn rk3588_w8a8_keeps_top1_agreement() {
         ok(&slmcc(
             &[&args[..], &["--buckets", "64", "-o", s(&pkg)]].concat(),
         ));
-        let agreement = top1_agreement(&fp32, &logits(&pkg, &format!("{name}-w8a8")));
+        let agreement = top1_share(&fp32, &logits(&pkg, &format!("{name}-w8a8")));
         assert!(agreement >= 0.95, "{name}: top-1 agreement {agreement}");
     }
 }
@@ -302,11 +293,7 @@ fn int4_logits_match_onnxruntimes_int4_runs() {
                 e4 <= 0.05,
                 "{family} on {backend}: {e4} from onnxruntime as built"
             );
-            assert_eq!(
-                top1_agreement(&got, &as_built),
-                1.0,
-                "{family} on {backend}"
-            );
+            assert_eq!(top1_share(&got, &as_built), 1.0, "{family} on {backend}");
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use slmcc_ir::Module;
+use slmcc_ir::{Module, Tensor};
 
 /// Says that `what` did not run because `reason`: on stderr past the test
 /// harness's capture (so a passing `cargo test` still shows a `SKIP` line).
@@ -177,4 +177,20 @@ pub fn generate_tokens(
         .split_whitespace()
         .map(|t| t.parse().expect("a token id"))
         .collect()
+}
+
+/// Of the positions of two logit tensors (`[..., vocab]`), how many pick
+/// the same arg-max, and how many there are.
+pub fn top1_agreement(a: &Tensor, b: &Tensor) -> (usize, usize) {
+    let vocab = *a.shape().last().unwrap();
+    let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+    let n = a.len() / vocab;
+    let same = (0..n)
+        .filter(|t| {
+            let r = t * vocab..(t + 1) * vocab;
+            argmax(&a[r.clone()]) == argmax(&b[r])
+        })
+        .count();
+    (same, n)
 }
