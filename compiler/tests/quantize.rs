@@ -80,16 +80,7 @@ fn measure(options: &str) -> Measured {
     let logits = &out.outputs[0].1;
     let d = diff(logits, &golden).unwrap();
     assert_eq!(d.mismatched_specials, 0);
-    let vocab = *golden.shape().last().unwrap();
-    let (a, b) = (logits.to_f32_vec(), golden.to_f32_vec());
-    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
-    let tokens = a.len() / vocab;
-    let top1_agree = (0..tokens)
-        .filter(|t| {
-            let r = t * vocab..(t + 1) * vocab;
-            argmax(&a[r.clone()]) == argmax(&b[r])
-        })
-        .count();
+    let (top1_agree, tokens) = common::top1_agreement(logits, &golden);
     Measured {
         max_rel: d.max_rel,
         top1_agree,
