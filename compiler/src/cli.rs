@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use slmcc::pipeline::{Quant, QuantizeOptions};
+use slmcc::pipeline::{Quant, QuantizeOptions, FUSION_PIPELINE};
 use slmcc_passes::transforms::kv_cache::KvCacheOptions;
 use slmcc_passes::transforms::quantize::smooth::Smooth;
 use slmcc_passes::transforms::quantize::Method;
@@ -184,7 +184,7 @@ pub enum Command {
     #[command(after_long_help = opt_after_help())]
     Opt(OptArgs),
     /// Compile an ONNX model into a deployable package for a target.
-    #[command(after_long_help = COMPILE_AFTER_HELP)]
+    #[command(after_long_help = compile_after_help())]
     Compile(CompileArgs),
     /// Run a model or package on inputs and write its outputs.
     #[command(after_long_help = RUN_AFTER_HELP)]
@@ -602,10 +602,16 @@ pub struct CompileArgs {
     pub eval_max_tokens: Option<usize>,
 }
 
+/// `compile --help`'s text after the options, with the fusion pipeline
+/// as [`FUSION_PIPELINE`] spells it.
+fn compile_after_help() -> String {
+    COMPILE_AFTER_HELP.replace("{fusion}", FUSION_PIPELINE)
+}
+
 const COMPILE_AFTER_HELP: &str = "\
 Pipeline:
   By default
-    decoder-inputs,shape-infer,const-fold,dce,canonicalize,eqsat-fuse,dce,cse,
+    {fusion},
     widen-half,bucket-specialize{buckets=B},plan-memory
   where B is --buckets (default 128,256,512), or profile=FILE,max-buckets=K
   from --bucket-profile.

@@ -113,9 +113,9 @@ pub fn summarize(g: &Graph, stats: &slmcc_passes::pass::Statistics) -> FusionSum
         }
     }
     for stat in UNFUSED {
-        let n = stats.get(stat);
+        let n = stats.get(stat.name);
         if n > 0 {
-            let name = stat.trim_start_matches("unfused-").to_string();
+            let name = stat.name.trim_start_matches("unfused-").to_string();
             out.leftover.insert(name, n);
         }
     }

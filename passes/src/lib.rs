@@ -23,7 +23,7 @@ pub mod specialize;
 pub mod transforms;
 
 pub use options::{OptionKind, OptionSpec, PassOptions};
-pub use pass::{Invalidates, Pass, PassError, Requires, Statistics};
+pub use pass::{Invalidates, Pass, PassError, Requires, Statistic, Statistics};
 pub use pipeline::{parse_pipeline, PipelineEntry};
 pub use registry::{create_pass, PassInfo, PASSES};
 pub use runner::{run_pipeline, PassManager, PassRecord, PrintAfter, RunOptions};

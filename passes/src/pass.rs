@@ -4,6 +4,21 @@ use std::fmt;
 
 use slmcc_ir::{Module, Phase};
 
+/// A counter a pass declares (its `STATISTICS`, listed by its registry
+/// entry): the name `--pass-stats` and the `--report` JSON print, and what
+/// it counts, which `slmcc passes` and `docs/ARCHITECTURE.md` show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Statistic {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+impl Statistic {
+    pub const fn new(name: &'static str, description: &'static str) -> Self {
+        Statistic { name, description }
+    }
+}
+
 /// Counters a pass reports (`nodes-removed = 3`), in the order first added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Statistics {

@@ -7,7 +7,7 @@ use egg::{Runner, StopReason};
 use super::analysis::{EGraph, FactAnalysis};
 use super::language::Lang;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::Statistics;
+use crate::pass::{Statistic, Statistics};
 
 /// The rewrite rules of the e-graph.
 pub type Rewrite = egg::Rewrite<Lang, FactAnalysis>;
@@ -79,16 +79,28 @@ impl Stop {
 
 /// The counters [`Report::record`] adds: the e-graph's size, the
 /// iterations and time, and one `stop-*` counter for why it stopped.
-pub const STATISTICS: &[&str] = &[
-    "egraph-nodes",
-    "egraph-classes",
-    "iterations",
-    "saturation-us",
-    "stop-saturated",
-    "stop-node-limit",
-    "stop-iter-limit",
-    "stop-time-limit",
-    "stop-other",
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new(
+        "egraph-nodes",
+        "e-nodes in the e-graph when saturation stopped",
+    ),
+    Statistic::new(
+        "egraph-classes",
+        "e-classes in the e-graph when saturation stopped",
+    ),
+    Statistic::new("iterations", "rule-application iterations run"),
+    Statistic::new("saturation-us", "microseconds spent saturating"),
+    Statistic::new(
+        "stop-saturated",
+        "runs that stopped because no rule changed the e-graph",
+    ),
+    Statistic::new("stop-node-limit", "runs stopped by the `node-limit` option"),
+    Statistic::new("stop-iter-limit", "runs stopped by the `iter-limit` option"),
+    Statistic::new(
+        "stop-time-limit",
+        "runs stopped by the `time-limit-ms` option",
+    ),
+    Statistic::new("stop-other", "runs stopped for another reason"),
 ];
 
 /// What a run did.

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use slmcc_ir::{BucketInfo, Dim, Graph, Module, TensorType};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 use crate::specialize::substitute_everywhere;
 use crate::transforms::const_fold::{self, ConstFold};
 use crate::transforms::{dce::Dce, shape_infer::ShapeInfer};
@@ -45,6 +46,27 @@ pub const OPTIONS: &[OptionSpec] = &[
         help: "largest result (in elements) to fold into a constant once the symbol is bound",
     },
 ];
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("graphs-specialized", "symbolic graphs specialized"),
+    Statistic::new("graphs-created", "bucket graphs created"),
+    Statistic::new("nodes-folded", "nodes folded to constants once the length was bound"),
+    Statistic::new("nodes-removed", "nodes removed as dead after folding"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "bucket-specialize",
+    summary: "one graph per sequence-length bucket (`@main` -> `@main_128`, ...), seq bound and folded",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(BucketSpecialize::from_options(o))),
+};
 
 /// Replaces every graph whose inputs mention `symbol` (`seq`) by one graph
 /// per bucket: `@G` becomes `@G_128`, `@G_256`, ... (the bucket size after an

@@ -4,7 +4,21 @@ use slmcc_ir::Module;
 
 use crate::eqsat::{optimize, rules, CostModel, CpuCost, Limits};
 use crate::options::PassOptions;
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistics};
+use crate::registry::PassInfo;
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "canonicalize",
+    summary: "algebraic clean-up by equality saturation (identities, chains, constants right)",
+    options: crate::eqsat::runner::LIMIT_OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || crate::eqsat::runner::STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(Canonicalize::from_options(o))),
+};
 
 /// Rewrites each graph with the canonicalization rules
 /// ([`crate::eqsat::rules::canonical`]: identities removed, transpose and

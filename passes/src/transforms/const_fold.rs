@@ -8,7 +8,8 @@ use slmcc_ir::{EvalCtx, Fact, Known, Module, Op, OpDef, ValueDef};
 
 use crate::facts::propagate;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{Pass, PassError, Statistics};
+use crate::pass::{Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 use crate::transforms::drop_unused_weights;
 
 /// Options of `const-fold`.
@@ -18,6 +19,25 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     default: "65536",
     help: "largest result (in elements) to materialise as a constant",
 }];
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("nodes-folded", "nodes replaced by `constant` nodes"),
+    Statistic::new("weights-transposed", "transposes of weights folded into transposed copies of the weights"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "const-fold",
+    summary: "replace results known at compile time (incl. symbolic shape values) by constants",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(ConstFold::from_options(o))),
+};
 
 /// Evaluates, at compile time, every node whose operands are all known, and
 /// turns every node result whose value is known into a `constant`: concrete

@@ -4,7 +4,26 @@ use std::collections::{HashMap, HashSet};
 
 use slmcc_ir::{Attr, Module, OpDef, ValueId};
 
-use crate::pass::{Pass, PassError, Statistics};
+use crate::pass::{Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("nodes-removed", "nodes removed as duplicates of an earlier node"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "cse",
+    summary: "merge nodes that apply the same op to the same operands",
+    options: &[],
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |_| Ok(Box::new(Cse)),
+};
 
 /// Merges nodes that apply the same op, with equal attributes, to the same
 /// operands: later duplicates are removed and their results replaced by the

@@ -2,7 +2,26 @@
 
 use slmcc_ir::Module;
 
-use crate::pass::{Pass, PassError, Statistics};
+use crate::pass::{Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("nodes-removed", "nodes removed because no output needs their results"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "dce",
+    summary: "remove nodes whose results are never used",
+    options: &[],
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |_| Ok(Box::new(Dce)),
+};
 
 /// Removes every node none of whose results reaches a graph output, then
 /// drops the values only they used (unused weight references included).

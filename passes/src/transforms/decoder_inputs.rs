@@ -21,7 +21,8 @@ use slmcc_ir::ops::Known;
 use slmcc_ir::{DType, Dim, Graph, Module, Shape, Tensor, TensorType, ValueId};
 
 use crate::options::{OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 use crate::specialize::substitute_everywhere;
 
 /// Options of `decoder-inputs` (none).
@@ -38,6 +39,26 @@ pub const PAST_PREFIX: &str = "past_key_values.";
 /// The sequence symbol the later passes (`kv-cache`, `bucket-specialize`)
 /// work with by default.
 pub const SEQ_SYMBOL: &str = "seq";
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("batch-bound", "batch symbols bound to 1"),
+    Statistic::new("symbols-renamed", "sequence or total-length symbols renamed to `seq` or bound to `past + seq`"),
+    Statistic::new("inputs-defaulted", "`attention_mask` and `position_ids` inputs computed inside the graph"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "decoder-inputs",
+    summary: "a decoder at batch 1: batch bound, attention_mask and position_ids computed, `seq` named",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(DecoderInputs::from_options(o))),
+};
 
 /// For every graph that is a decoder's (an integer `%input_ids` of rank 2,
 /// and a `%position_ids` or `%past_key_values.*` input, which no encoder

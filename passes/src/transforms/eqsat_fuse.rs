@@ -7,7 +7,21 @@ use slmcc_ir::{Graph, Module, Op, OpDef};
 
 use crate::eqsat::{optimize, rules, CostModel, CpuCost, Limits};
 use crate::options::PassOptions;
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "eqsat-fuse",
+    summary: "fuse norms, GELU, gated MLPs, RoPE and attention by equality saturation",
+    options: crate::eqsat::runner::LIMIT_OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics,
+    create: |o| Ok(Box::new(EqsatFuse::from_options(o))),
+};
 
 /// Rewrites each graph with the canonicalization rules and the fusion rules
 /// ([`crate::eqsat::rules`]: `norm`, `gelu`, `mlp`, `rope`, `attention`,
@@ -60,18 +74,18 @@ impl EqsatFuse {
 }
 
 /// The fused ops and their statistic.
-const FORMED: &[(&str, &str)] = &[
-    ("attention", "formed-attention"),
-    ("rope", "formed-rope"),
-    ("swiglu", "formed-swiglu"),
-    ("qswiglu", "formed-qswiglu"),
-    ("geglu", "formed-geglu"),
-    ("gelu", "formed-gelu"),
-    ("softcap", "formed-softcap"),
-    ("rms_norm", "formed-rms-norm"),
-    ("layer_norm", "formed-layer-norm"),
-    ("add_rms_norm", "formed-add-rms-norm"),
-    ("add_layer_norm", "formed-add-layer-norm"),
+const FORMED: &[(&str, Statistic)] = &[
+    ("attention", Statistic::new("formed-attention", "`attention` nodes formed")),
+    ("rope", Statistic::new("formed-rope", "`rope` nodes formed")),
+    ("swiglu", Statistic::new("formed-swiglu", "`swiglu` nodes formed")),
+    ("qswiglu", Statistic::new("formed-qswiglu", "`qswiglu` nodes formed")),
+    ("geglu", Statistic::new("formed-geglu", "`geglu` nodes formed")),
+    ("gelu", Statistic::new("formed-gelu", "`gelu` nodes formed")),
+    ("softcap", Statistic::new("formed-softcap", "`softcap` nodes formed")),
+    ("rms_norm", Statistic::new("formed-rms-norm", "`rms_norm` nodes formed")),
+    ("layer_norm", Statistic::new("formed-layer-norm", "`layer_norm` nodes formed")),
+    ("add_rms_norm", Statistic::new("formed-add-rms-norm", "`add_rms_norm` nodes formed")),
+    ("add_layer_norm", Statistic::new("formed-add-layer-norm", "`add_layer_norm` nodes formed")),
 ];
 
 fn count_ops(g: &Graph) -> HashMap<&'static str, u64> {
@@ -82,18 +96,61 @@ fn count_ops(g: &Graph) -> HashMap<&'static str, u64> {
     n
 }
 
-/// The statistics of the candidates left unfused, in report order.
-pub const UNFUSED: &[&str] = &[
+/// The candidates left unfused: each statistic's description is the
+/// reason logged for each such node.
+const SOFTMAX_OUTSIDE_ATTENTION: Statistic = Statistic::new(
     "unfused-softmax-outside-attention",
+    "softmax not inside an attention",
+);
+const REDUCE_MEAN_OUTSIDE_NORM: Statistic = Statistic::new(
     "unfused-reduce-mean-outside-norm",
+    "reduce_mean not inside a norm",
+);
+const POW_OUTSIDE_NORM: Statistic = Statistic::new(
     "unfused-pow-outside-norm",
+    "pow not inside a norm or gelu",
+);
+const SQRT_OUTSIDE_NORM: Statistic = Statistic::new(
     "unfused-sqrt-outside-norm",
+    "sqrt not inside a norm",
+);
+const SIGMOID_OUTSIDE_SWIGLU: Statistic = Statistic::new(
     "unfused-sigmoid-outside-swiglu",
+    "sigmoid not inside a swiglu",
+);
+const ERF_OUTSIDE_GELU: Statistic = Statistic::new(
     "unfused-erf-outside-gelu",
+    "erf not inside a gelu",
+);
+const TANH_OUTSIDE_GELU: Statistic = Statistic::new(
     "unfused-tanh-outside-gelu",
+    "tanh not inside a gelu or softcap",
+);
+const NEG_OUTSIDE_ROPE: Statistic = Statistic::new(
     "unfused-neg-outside-rope",
+    "neg not inside a rope",
+);
+const SIN_COS_OUTSIDE_ROPE: Statistic = Statistic::new(
     "unfused-sin-cos-outside-rope",
+    "sin/cos not computing a rope's tables",
+);
+const ADD_BEFORE_NORM: Statistic = Statistic::new(
     "unfused-add-before-norm",
+    "residual add feeding a norm not fused",
+);
+
+/// The statistics of the candidates left unfused, in report order.
+pub const UNFUSED: &[Statistic] = &[
+    SOFTMAX_OUTSIDE_ATTENTION,
+    REDUCE_MEAN_OUTSIDE_NORM,
+    POW_OUTSIDE_NORM,
+    SQRT_OUTSIDE_NORM,
+    SIGMOID_OUTSIDE_SWIGLU,
+    ERF_OUTSIDE_GELU,
+    TANH_OUTSIDE_GELU,
+    NEG_OUTSIDE_ROPE,
+    SIN_COS_OUTSIDE_ROPE,
+    ADD_BEFORE_NORM,
 ];
 
 /// The values a `rope` reads its tables from, and everything they are
@@ -117,44 +174,30 @@ fn rope_tables(g: &Graph, producers: &[Option<slmcc_ir::Producer>]) -> Vec<bool>
     table
 }
 
-/// The candidate a remaining node is, with its statistic and reason.
+/// The candidate a remaining node is: its statistic, whose description is
+/// the reason.
 fn unfused(
     g: &Graph,
     node: &slmcc_ir::Node,
     producers: &[Option<slmcc_ir::Producer>],
     tables: &[bool],
-) -> Option<(&'static str, &'static str)> {
+) -> Option<Statistic> {
     use slmcc_ir::ops::binary::BinaryKind;
     use slmcc_ir::ops::reduce::ReduceKind;
     use slmcc_ir::ops::unary::UnaryKind;
     Some(match &node.op {
-        Op::Softmax(_) => (
-            "unfused-softmax-outside-attention",
-            "softmax not inside an attention",
-        ),
-        Op::Reduce(r) if r.kind == ReduceKind::Mean => (
-            "unfused-reduce-mean-outside-norm",
-            "reduce_mean not inside a norm",
-        ),
+        Op::Softmax(_) => SOFTMAX_OUTSIDE_ATTENTION,
+        Op::Reduce(r) if r.kind == ReduceKind::Mean => REDUCE_MEAN_OUTSIDE_NORM,
         Op::Binary(b) if b.kind == BinaryKind::Pow => {
-            ("unfused-pow-outside-norm", "pow not inside a norm or gelu")
+            POW_OUTSIDE_NORM
         }
         Op::Unary(u) => match u.kind {
-            UnaryKind::Sqrt => ("unfused-sqrt-outside-norm", "sqrt not inside a norm"),
-            UnaryKind::Sigmoid => (
-                "unfused-sigmoid-outside-swiglu",
-                "sigmoid not inside a swiglu",
-            ),
-            UnaryKind::Erf => ("unfused-erf-outside-gelu", "erf not inside a gelu"),
-            UnaryKind::Tanh => (
-                "unfused-tanh-outside-gelu",
-                "tanh not inside a gelu or softcap",
-            ),
-            UnaryKind::Neg => ("unfused-neg-outside-rope", "neg not inside a rope"),
-            UnaryKind::Sin | UnaryKind::Cos if !tables[node.outputs[0].index()] => (
-                "unfused-sin-cos-outside-rope",
-                "sin/cos not computing a rope's tables",
-            ),
+            UnaryKind::Sqrt => SQRT_OUTSIDE_NORM,
+            UnaryKind::Sigmoid => SIGMOID_OUTSIDE_SWIGLU,
+            UnaryKind::Erf => ERF_OUTSIDE_GELU,
+            UnaryKind::Tanh => TANH_OUTSIDE_GELU,
+            UnaryKind::Neg => NEG_OUTSIDE_ROPE,
+            UnaryKind::Sin | UnaryKind::Cos if !tables[node.outputs[0].index()] => SIN_COS_OUTSIDE_ROPE,
             _ => return None,
         },
         Op::RmsNorm(_) | Op::LayerNorm(_) => {
@@ -162,10 +205,7 @@ fn unfused(
             let add = &g.nodes[p.node];
             let same = add.inputs.len() == 2 && g.ty(add.inputs[0]) == g.ty(add.inputs[1]);
             match &add.op {
-                Op::Binary(b) if b.kind == BinaryKind::Add && same => (
-                    "unfused-add-before-norm",
-                    "residual add feeding a norm not fused",
-                ),
+                Op::Binary(b) if b.kind == BinaryKind::Add && same => ADD_BEFORE_NORM,
                 _ => return None,
             }
         }
@@ -173,12 +213,18 @@ fn unfused(
     })
 }
 
+/// Attentions left with an explicit mask operand (not the causal rule).
+const ATTENTION_MASK_OPERANDS: Statistic = Statistic::new(
+    "attention-mask-operands",
+    "fused attentions that read an explicit mask operand",
+);
+
 /// The counters `eqsat-fuse` reports: fused ops formed, attention with a
 /// mask operand, candidates left unfused, and the e-graph runner's.
-pub fn statistics() -> Vec<&'static str> {
+pub fn statistics() -> Vec<Statistic> {
     let formed = FORMED.iter().map(|(_, stat)| *stat);
     formed
-        .chain(["attention-mask-operands"])
+        .chain([ATTENTION_MASK_OPERANDS])
         .chain(UNFUSED.iter().copied())
         .chain(crate::eqsat::runner::STATISTICS.iter().copied())
         .collect()
@@ -193,29 +239,30 @@ fn record(before: &Graph, after: &Graph, stats: &mut Statistics) {
             .get(op)
             .unwrap_or(&0)
             .saturating_sub(*b.get(op).unwrap_or(&0));
-        stats.add(stat, formed);
+        stats.add(stat.name, formed);
     }
     let masks = after
         .nodes
         .iter()
         .filter(|n| matches!(n.op, Op::Attention(_)) && n.inputs.len() == 4)
         .count();
-    stats.add("attention-mask-operands", masks as u64);
+    stats.add(ATTENTION_MASK_OPERANDS.name, masks as u64);
     let producers = after.producers();
     let tables = rope_tables(after, &producers);
     let mut left: HashMap<&'static str, u64> = HashMap::new();
     for (i, node) in after.nodes.iter().enumerate() {
-        if let Some((stat, why)) = unfused(after, node, &producers, &tables) {
-            *left.entry(stat).or_insert(0) += 1;
+        if let Some(stat) = unfused(after, node, &producers, &tables) {
+            *left.entry(stat.name).or_insert(0) += 1;
             tracing::warn!(
-                "eqsat-fuse: graph @{}: {}: {why}",
+                "eqsat-fuse: graph @{}: {}: {}",
                 after.name,
-                node_label(after, i)
+                node_label(after, i),
+                stat.description
             );
         }
     }
     for stat in UNFUSED {
-        stats.add(stat, *left.get(stat).unwrap_or(&0));
+        stats.add(stat.name, *left.get(stat.name).unwrap_or(&0));
     }
 }
 

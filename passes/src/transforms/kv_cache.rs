@@ -8,7 +8,8 @@ use slmcc_ir::ops::kv_cache::{KvLayout, KvMask, KvWrite, Q8_SCALE_BYTES};
 use slmcc_ir::{DType, Dim, Graph, Module, Node, Op, Shape, TensorType, ValueId};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 
 /// Options of `kv-cache`.
 pub const OPTIONS: &[OptionSpec] = &[
@@ -58,6 +59,26 @@ pub const POSITION_INPUT: &str = "cache_pos";
 pub fn cache_names(l: usize, which: &str) -> (String, String) {
     (format!("past.{l}.{which}"), format!("present.{l}.{which}"))
 }
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("graphs-cached", "graphs made a step over the KV cache"),
+    Statistic::new("layers-cached", "attentions reading and writing the cache"),
+    Statistic::new("positions-shifted", "position ranges of length `seq` shifted to start at `%cache_pos`"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "kv-cache",
+    summary: "a step over a static KV cache: cache inputs/outputs, kv_write + kv_mask, positions from %cache_pos",
+    options: OPTIONS,
+    requires: Requires::Symbolic,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: false,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(KvCache::from_options(o)?)),
+};
 
 /// For every graph with a causal, maskless fused `attention`:
 ///

@@ -10,7 +10,8 @@ use slmcc_ir::ops::gather::Gather;
 use slmcc_ir::{DType, Dim, Graph, Module, Op, Shape, TensorType, ValueId};
 
 use crate::options::{OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 use crate::transforms::kv_cache::POSITION_INPUT;
 
 /// Options of `last-logits` (none).
@@ -18,6 +19,25 @@ pub const OPTIONS: &[OptionSpec] = &[];
 
 /// The input naming the row whose logits a step computes.
 pub const ROW_INPUT: &str = "logits_row";
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("graphs-rewritten", "step graphs whose LM head now multiplies one row"),
+    Statistic::new("graphs-skipped", "step graphs whose first output is not such a product (left as they are)"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "last-logits",
+    summary: "a KV-cache step multiplies one row (%logits_row) by the LM head, not every position",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(LastLogits::from_options(o))),
+};
 
 /// For every graph that is a KV-cache step (it has the input
 /// `%cache_pos`, as the `kv-cache` pass adds) whose first output is the

@@ -1,22 +1,39 @@
 //! Every pass, one module each. Each pass struct's doc comment states its
 //! contract.
 
-pub mod bucket_specialize;
-pub mod canonicalize;
-pub mod const_fold;
-pub mod cse;
-pub mod dce;
-pub mod decoder_inputs;
-pub mod eqsat_fuse;
-pub mod kv_cache;
-pub mod last_logits;
-pub mod pack_weights;
-pub mod partition;
-pub mod plan_memory;
-pub mod quantize;
-pub mod shape_infer;
-pub mod verify;
-pub mod widen_half;
+/// Declares each pass's module and lists its `INFO` in [`PASSES`], in
+/// the order given: registering a pass is one name in the list below.
+macro_rules! passes {
+    ($($module:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every pass slmcc knows, in the order they usually run.
+        pub static PASSES: &[&crate::registry::PassInfo] = &[$(&$module::INFO),*];
+    };
+}
+
+passes![
+    verify,
+    decoder_inputs,
+    shape_infer,
+    const_fold,
+    dce,
+    cse,
+    drop_identity,
+    // Equality saturation (egg): rules to saturation under hard limits,
+    // then extraction with the target's cost model. Graph outputs and
+    // every value whose e-class holds an original value keep their names.
+    canonicalize,
+    eqsat_fuse,
+    quantize,
+    partition,
+    kv_cache,
+    last_logits,
+    widen_half,
+    bucket_specialize,
+    pack_weights,
+    plan_memory,
+];
 
 use std::collections::HashSet;
 

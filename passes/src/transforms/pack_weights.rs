@@ -19,7 +19,8 @@ use slmcc_ir::placement::{place, Device};
 use slmcc_ir::{Graph, Module, Op, Tensor, TensorData, ValueDef};
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 
 /// Options of `pack-weights`.
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
@@ -28,6 +29,26 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     default: "cpu",
     help: "cpu (every quantized product runs on the CPU) or rk3588 (only those the placement keeps on the CPU; the NPU lowering stores the NPU's own)",
 }];
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("weights-packed", "quantized weights stored in the CPU kernels' layout"),
+    Statistic::new("nodes-packed", "quantized products reading a packed weight"),
+    Statistic::new("nodes-kept", "quantized products left row-major"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "pack-weights",
+    summary: "quantized weights of CPU products stored as the CPU kernels read them (layout strips16)",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(PackWeights::from_options(o))),
+};
 
 /// Stores the weights of quantized products that run on the CPU in
 /// `strips16` and marks those products `layout = "strips16"`.

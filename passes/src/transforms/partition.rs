@@ -10,7 +10,8 @@ use slmcc_ir::placement::{macs, place, Device};
 use slmcc_ir::Module;
 
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{Pass, PassError, Statistics};
+use crate::pass::{Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 
 /// Options of `partition`.
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
@@ -19,6 +20,27 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     default: "rk3588",
     help: "the NPU whose kernels decide the placement (rk3588)",
 }];
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("npu-nodes", "nodes the NPU runs"),
+    Statistic::new("cpu-nodes", "nodes that stay on the CPU"),
+    Statistic::new("npu-macs", "matmul multiply-accumulates on the NPU (static shapes, summed over graphs)"),
+    Statistic::new("cpu-macs", "matmul multiply-accumulates on the CPU (static shapes, summed over graphs)"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "partition",
+    summary: "report which nodes the NPU runs and which stay on the CPU, and why (changes nothing)",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Nothing,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(Partition::from_options(o))),
+};
 
 /// Reports the placement ([`slmcc_ir::placement::place`]) of every node.
 ///

@@ -4,7 +4,9 @@ use slmcc_ir::Module;
 
 use crate::memory::{plan_graph, PlanOptions};
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
+use slmcc_ir::Phase;
 
 /// Options of `plan-memory`.
 pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
@@ -13,6 +15,27 @@ pub const OPTIONS: &[OptionSpec] = &[OptionSpec {
     default: "true",
     help: "let element-wise and reshaping ops write over an operand that dies there",
 }];
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("graphs-planned", "graphs given a memory plan"),
+    Statistic::new("arena-bytes", "arena bytes of the plans, summed over graphs"),
+    Statistic::new("lower-bound-bytes", "the largest bytes live at once, summed over graphs (the arena cannot be smaller)"),
+    Statistic::new("in-place", "results placed over an operand they overwrite"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "plan-memory",
+    summary: "static 64-byte aligned offsets for every tensor: arena (greedy by size, in place), weights, constants",
+    options: OPTIONS,
+    requires: Requires::Static,
+    invalidates: Invalidates::Nothing,
+    establishes: Some(Phase::Planned),
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(PlanMemory::from_options(o))),
+};
 
 /// Computes a [`MemoryPlan`](slmcc_ir::MemoryPlan) for every graph and
 /// stores it in `module.plans` under the graph's name (replacing any older

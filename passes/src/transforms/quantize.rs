@@ -21,7 +21,8 @@ use self::rtn::Rounding;
 use self::rtn::{Rtn, WeightQuantizer};
 use self::smooth::Smooth;
 use crate::options::{OptionKind, OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 use crate::transforms::fresh_weight_name;
 use slmcc_ir::ops::glu::{Glu, GluKind};
 use slmcc_ir::ops::qswiglu::QSwiGlu;
@@ -120,6 +121,35 @@ pub fn calibration_points(g: &Graph) -> Vec<(ValueId, Vec<String>)> {
         })
         .collect()
 }
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("weight-bytes-before", "bytes of all module weights before the pass"),
+    Statistic::new("sites-smoothed", "norm-fed activations whose channel scales moved into the weights (`smooth`)"),
+    Statistic::new("sites-not-smoothed", "activations `smooth` could not rescale (no norm to absorb the division)"),
+    Statistic::new("matmuls-quantized", "weight matmuls made `qmatmul`"),
+    Statistic::new("matmuls-kept", "weight matmuls left in `f32` (`keep`)"),
+    Statistic::new("glus-fused", "`swiglu`s made `qswiglu`"),
+    Statistic::new("glus-split", "gated MLPs taken apart into `qmatmul`s and the gate arithmetic"),
+    Statistic::new("glus-kept", "gated MLPs left in `f32`"),
+    Statistic::new("groups-narrowed", "weights whose group was narrowed to a divisor of their K"),
+    Statistic::new("products-at-higher-precision", "products kept at a higher precision by `fallback`"),
+    Statistic::new("fallback-bytes", "weight bytes `fallback` added"),
+    Statistic::new("weight-bytes-after", "bytes of all module weights after the pass"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "quantize",
+    summary: "linear layers to qmatmul: int8/int4 weights (round-to-nearest or GPTQ, after SmoothQuant or AWQ scales), int8 activations per token",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(Quantize::from_options(o))),
+};
 
 /// Replaces every `matmul %x, @w` whose `@w` is a 2-D `f32` module weight
 /// and `%x` an `f32` operand of rank >= 2 by `qmatmul %x, @w.q, @w.scale`

@@ -3,7 +3,26 @@
 use slmcc_ir::Module;
 
 use crate::facts::propagate;
-use crate::pass::{Pass, PassError, Statistics};
+use crate::pass::{Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
+
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("types-changed", "declared result types replaced by the inferred ones"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "shape-infer",
+    summary: "recompute every result type from the graph inputs, resolving `?` dims",
+    options: &[],
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |_| Ok(Box::new(ShapeInfer)),
+};
 
 /// Recomputes every node result's type (dtype and shape, symbolic dims
 /// included) from the graph inputs and weights, through each op's inference,

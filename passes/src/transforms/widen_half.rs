@@ -21,14 +21,32 @@ use slmcc_ir::ops::rms_norm::RmsNorm;
 use slmcc_ir::{DType, Graph, Module, Node, Op, ValueDef, ValueId, WeightStore};
 
 use crate::options::{OptionSpec, PassOptions};
-use crate::pass::{failed, Pass, PassError, Statistics};
+use crate::pass::{failed, Invalidates, Pass, PassError, Requires, Statistic, Statistics};
+use crate::registry::PassInfo;
 use crate::transforms::{drop_unused_weights, fresh_weight_name};
 
 /// Options of `widen-half` (none).
 pub const OPTIONS: &[OptionSpec] = &[];
 
-/// The counters `widen-half` reports.
-pub const STATISTICS: &[&str] = &["nodes-widened", "casts-added", "weights-widened"];
+/// The counters this pass reports.
+pub const STATISTICS: &[Statistic] = &[
+    Statistic::new("nodes-widened", "half-precision nodes computed in `f32` between casts"),
+    Statistic::new("casts-added", "`cast` nodes added around the widened nodes"),
+    Statistic::new("weights-widened", "half-precision weights stored in `f32`"),
+];
+
+/// This pass's registry entry.
+pub const INFO: PassInfo = PassInfo {
+    name: "widen-half",
+    summary: "f16/bf16 matmuls, norms, attention and fused ops computed in f32 between casts (bit-exact)",
+    options: OPTIONS,
+    requires: Requires::Any,
+    invalidates: Invalidates::Plans,
+    establishes: None,
+    keeps_outputs: true,
+    statistics: || STATISTICS.to_vec(),
+    create: |o| Ok(Box::new(WidenHalf::from_options(o))),
+};
 
 /// Rewrites every node that computes on `f16`/`bf16` values, other than
 /// per-element ops (`unary`, `binary`, `where`, `cast`: one rounding per
