@@ -664,6 +664,11 @@ pub struct PackageKeys {
     /// --encrypt`): 32 bytes, or 64 hex digits.
     #[arg(long, value_name = "KEYFILE")]
     pub decrypt: Option<PathBuf>,
+    /// Run a package even when this slmcc would compile other cpu kernels
+    /// for it than the ones it was compiled with (its kernel fingerprints
+    /// differ: its numbers may differ from those it was checked with).
+    #[arg(long)]
+    pub allow_kernel_change: bool,
 }
 
 #[derive(Args, Debug)]

@@ -13,6 +13,17 @@ use clap::Parser;
 fn main() {
     let cli = cli::Cli::parse();
     init_logging(cli.verbose);
+    // A test build's kernel mutant must name one that exists.
+    if let Err(e) = slmcc_backends::mutant::check_env() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+    if let Some(m) = slmcc_backends::mutant::current() {
+        tracing::warn!(
+            "{}={m}: the kernels are mutated",
+            slmcc_backends::mutant::KERNEL_MUTANT_ENV
+        );
+    }
     let code = match commands::dispatch(cli.command) {
         Ok(()) => 0,
         Err(failure) => {

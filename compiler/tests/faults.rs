@@ -14,26 +14,15 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{repo, stderr, stdout};
+use common::{slmcc_env, stderr, stdout};
 
 const INPUT: &str = "input_ids=goldens/qwen2/seq11/input_ids.npy";
 const FALLBACK: &str = "the quantized products run on the CPU from now on";
 
 fn slmcc_with(fault: &str, args: &[&str]) -> Output {
     slmcc_env(&[("SLMCC_NPU_FAULT", fault)], args)
-}
-
-fn slmcc_env(env: &[(&str, &str)], args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_slmcc"))
-        .args(args)
-        .current_dir(repo())
-        .envs(env.iter().copied())
-        .env("SLMCC_LOG", "warn")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run slmcc")
 }
 
 /// The qwen2 W8A8 rk3588 packages (bucket 11, and with a KV cache), made

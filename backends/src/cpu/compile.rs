@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cranelift_codegen::ir::{types, AbiParam, UserFuncName};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Linkage, Module};
 use slmcc_ir::verify::node_label;
@@ -108,6 +109,75 @@ fn at_node(graph: &Graph, n: usize, e: CpuError) -> CpuError {
     }
 }
 
+/// What every kernel of a graph shares while it is lowered.
+struct Lowering<'g> {
+    graph: &'g Graph,
+    known: HashMap<ValueId, Arc<Tensor>>,
+    options: CpuOptions,
+    fma: bool,
+    ptr: types::Type,
+}
+
+impl<'g> Lowering<'g> {
+    fn new(module: &dyn Module, graph: &'g Graph, options: &CpuOptions) -> Result<Self, CpuError> {
+        let ptr = module.isa().pointer_type();
+        if ptr != types::I64 {
+            return Err(CpuError::Codegen(format!(
+                "the cpu backend needs 64-bit pointers, the target has {ptr}"
+            )));
+        }
+        Ok(Lowering {
+            graph,
+            known: constant_values(graph),
+            options: *options,
+            fma: options.fma && module.isa().has_native_fma(),
+            ptr,
+        })
+    }
+
+    /// Declares node `n`'s kernel `symbol` in `module` and lowers the node
+    /// into `ctx.func` (Cranelift IR, not yet compiled). On an error the
+    /// context is cleared.
+    fn lower(
+        &self,
+        module: &mut dyn Module,
+        ctx: &mut Context,
+        fctx: &mut FunctionBuilderContext,
+        n: usize,
+        symbol: &str,
+        linkage: Linkage,
+    ) -> Result<FuncId, CpuError> {
+        let (graph, node) = (self.graph, &self.graph.nodes[n]);
+        let sig = node_sig(graph, n, &self.known).map_err(|e| at_node(graph, n, e))?;
+        let mut fsig = module.make_signature();
+        fsig.params.push(AbiParam::new(self.ptr));
+        fsig.returns.push(AbiParam::new(types::I32));
+        let id = module
+            .declare_function(symbol, linkage, &fsig)
+            .map_err(|e| CpuError::Codegen(format!("declaring {symbol}: {e}")))?;
+        ctx.func.signature = fsig;
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let nbufs = node.inputs.len() + node.outputs.len();
+        let lowered = {
+            let b = FunctionBuilder::new(&mut ctx.func, fctx);
+            let mut kb = KernelBuilder::new(b, module, nbufs, self.fma, self.options.fast_math);
+            kb.host_gemm = self.options.host_gemm;
+            kb.host_qgemm = self.options.host_qgemm;
+            kb.threads = self.options.threads;
+            let r = lower_node(&mut kb, &node.op, &sig);
+            if r.is_ok() {
+                kb.finish();
+            }
+            r
+        };
+        if let Err(e) = lowered {
+            module.clear_context(ctx);
+            return Err(at_node(graph, n, e));
+        }
+        Ok(id)
+    }
+}
+
 /// Compiles every node of `graph` into a kernel of `module`, named
 /// `{prefix}_{node index}_{mnemonic}`, in schedule order. With the
 /// environment variable `SLMCC_DISASM` set, each kernel's machine code is
@@ -119,45 +189,13 @@ pub fn compile_kernels(
     prefix: &str,
     linkage: Linkage,
 ) -> Result<Vec<(KernelSpec, FuncId)>, CpuError> {
-    let known = constant_values(graph);
-    let fma = options.fma && module.isa().has_native_fma();
-    let ptr = module.isa().pointer_type();
-    if ptr != types::I64 {
-        return Err(CpuError::Codegen(format!(
-            "the cpu backend needs 64-bit pointers, the target has {ptr}"
-        )));
-    }
+    let lowering = Lowering::new(module, graph, options)?;
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
     let mut out = Vec::with_capacity(graph.nodes.len());
     for (n, node) in graph.nodes.iter().enumerate() {
-        let sig = node_sig(graph, n, &known).map_err(|e| at_node(graph, n, e))?;
         let symbol = format!("{prefix}_{n}_{}", node.op.mnemonic());
-        let mut fsig = module.make_signature();
-        fsig.params.push(AbiParam::new(ptr));
-        fsig.returns.push(AbiParam::new(types::I32));
-        let id = module
-            .declare_function(&symbol, linkage, &fsig)
-            .map_err(|e| CpuError::Codegen(format!("declaring {symbol}: {e}")))?;
-        ctx.func.signature = fsig;
-        ctx.func.name = UserFuncName::user(0, id.as_u32());
-        let nbufs = node.inputs.len() + node.outputs.len();
-        let lowered = {
-            let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-            let mut kb = KernelBuilder::new(b, module, nbufs, fma, options.fast_math);
-            kb.host_gemm = options.host_gemm;
-            kb.host_qgemm = options.host_qgemm;
-            kb.threads = options.threads;
-            let r = lower_node(&mut kb, &node.op, &sig);
-            if r.is_ok() {
-                kb.finish();
-            }
-            r
-        };
-        if let Err(e) = lowered {
-            module.clear_context(&mut ctx);
-            return Err(at_node(graph, n, e));
-        }
+        let id = lowering.lower(module, &mut ctx, &mut fctx, n, &symbol, linkage)?;
         let disasm = std::env::var_os("SLMCC_DISASM").is_some();
         ctx.set_disasm(disasm);
         module
@@ -181,4 +219,25 @@ pub fn compile_kernels(
         ));
     }
     Ok(out)
+}
+
+/// Calls `each` with the Cranelift IR of every node's kernel of `graph`
+/// as `compile_kernels` would compile it into `module` (lowered only,
+/// nothing compiled or defined), in schedule order.
+pub fn for_each_kernel_ir(
+    module: &mut dyn Module,
+    graph: &Graph,
+    options: &CpuOptions,
+    mut each: impl FnMut(usize, &cranelift_codegen::ir::Function),
+) -> Result<(), CpuError> {
+    let lowering = Lowering::new(module, graph, options)?;
+    let mut ctx = module.make_context();
+    let mut fctx = FunctionBuilderContext::new();
+    for (n, node) in graph.nodes.iter().enumerate() {
+        let symbol = format!("f_{n}_{}", node.op.mnemonic());
+        lowering.lower(module, &mut ctx, &mut fctx, n, &symbol, Linkage::Local)?;
+        each(n, &ctx.func);
+        module.clear_context(&mut ctx);
+    }
+    Ok(())
 }

@@ -50,13 +50,15 @@
 //! Modules: [`emit`] (kernel builder, loop nests), [`lower`] (one module
 //! per op family), [`compile`] (a graph into kernels of any Cranelift
 //! module), [`jit`] (host JIT; the runtime's executor runs the kernels),
-//! [`aot`] (object files for aarch64), [`math`] (the helpers kernels call), [`vmath`] (inline vector math),
+//! [`aot`] (object files for aarch64), [`fingerprint`] (what pins a
+//! package's host numerics), [`math`] (the helpers kernels call), [`vmath`] (inline vector math),
 //! [`hostgemm`] (the host GEMM kernels call), [`threads`] (the kernels'
 //! thread count and pool).
 
 pub mod aot;
 pub mod compile;
 pub mod emit;
+pub mod fingerprint;
 pub mod hostgemm;
 pub mod hostqgemm;
 pub mod jit;

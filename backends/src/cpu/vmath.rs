@@ -110,7 +110,11 @@ pub fn exp(kb: &mut KernelBuilder, x: Value, w: Width) -> Result<Value, CpuError
     let nc2 = kb.b.ins().fmul(nf, c2);
     let r = kb.b.ins().fsub(r, nc2);
     let mut p = c(kb, P[0], w)?;
-    for &k in &P[1..] {
+    for (i, &k) in P.iter().enumerate().skip(1) {
+        let k = match i == P.len() - 1 && crate::mutant::active("exp-coefficient") {
+            true => 0.501,
+            false => k,
+        };
         let k = c(kb, k, w)?;
         p = mul_add(kb, p, r, k);
     }

@@ -20,6 +20,7 @@ use anyhow::{anyhow, bail, Context};
 use prost::Message;
 use serde_json::json;
 use slmcc_backends::cpu::aot::{compile_object, AARCH64_LINUX};
+use slmcc_backends::cpu::fingerprint::kernel_fingerprint;
 use slmcc_backends::cpu::{CpuOptions, JitProgram, KERNEL_LIBRARY};
 use slmcc_backends::npu::lower::{lower_graph, store_weights};
 use slmcc_ir::{Module, OpDef, Region};
@@ -324,6 +325,7 @@ pub fn run(args: CompileArgs) -> CmdResult {
                 });
             }
         }
+        entry.kernel_fingerprint = kernel_fingerprint(g).map_err(|e| cannot(&e))?.to_vec();
         if choice.npu {
             entry.npu = lower_graph(g).map_err(|e| at(&e))?;
             if entry.npu.is_empty() {

@@ -7,7 +7,8 @@ use anyhow::{anyhow, bail, Context};
 use slmcc::lora;
 use slmcc::pipeline::{Pipeline, Quant};
 use slmcc::unplanned::{run_graph_jit, run_graph_npu};
-use slmcc_backends::cpu::CpuOptions;
+use slmcc_backends::cpu::fingerprint::kernel_fingerprint;
+use slmcc_backends::cpu::{CpuOptions, KERNEL_LIBRARY};
 use slmcc_ir::text::parse_module;
 use slmcc_ir::{Graph, Module, Tensor};
 use slmcc_runtime::aot::{host_triple, AotKernels};
@@ -286,8 +287,10 @@ impl Loaded {
             if let Some(key) = &weights_key {
                 pkg.decrypt(key)?;
             }
+            let module = pkg.module()?;
+            check_kernel_fingerprints(&pkg, &module, keys.allow_kernel_change)?;
             return Ok(Loaded {
-                module: pkg.module()?,
+                module,
                 package: Some(pkg),
             });
         }
@@ -322,6 +325,69 @@ impl Loaded {
         });
         arg.into()
     }
+}
+
+/// Refuses `pkg` when this binary would compile other cpu kernels for one
+/// of its bucket graphs than the compiler did (the fingerprints differ,
+/// `slmcc_backends::cpu::fingerprint`), unless `allow`
+/// (`--allow-kernel-change`): then it warns. Buckets that carry kernels
+/// for this machine are not compiled here, and packages made before
+/// fingerprints are not checked.
+fn check_kernel_fingerprints(pkg: &Package, module: &Module, allow: bool) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    let hex = |b: &[u8]| {
+        b[..b.len().min(6)]
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+    };
+    for b in &pkg.manifest.buckets {
+        let carried = b
+            .kernels
+            .as_ref()
+            .is_some_and(|k| Some(k.triple.as_str()) == host_triple());
+        let Some(g) = module.graph(&b.graph) else {
+            continue;
+        };
+        if b.kernel_fingerprint.is_empty() || carried {
+            continue;
+        }
+        let at =
+            |e: &dyn std::fmt::Display| anyhow!("{}: bucket @{}: {e}", pkg.path.display(), b.graph);
+        let here = kernel_fingerprint(g).map_err(|e| at(&e))?;
+        if here[..] == b.kernel_fingerprint[..] {
+            continue;
+        }
+        let compiled_by = pkg
+            .manifest
+            .versions
+            .as_ref()
+            .map_or_else(String::new, |v| {
+                format!(" ({}, {})", v.compiler, v.kernel_library)
+            });
+        let message = format!(
+            "this slmcc ({KERNEL_LIBRARY}) compiles other cpu kernels for it than the compiler \
+             did{compiled_by}: kernel fingerprint {}… here, {}… in the package, so its numbers \
+             may differ from the ones it was checked with",
+            hex(&here),
+            hex(&b.kernel_fingerprint)
+        );
+        if !allow {
+            return Err(at(&format!(
+                "{message}; recompile it with this slmcc, or pass --allow-kernel-change to run it anyway"
+            )));
+        }
+        tracing::warn!(
+            "{}: bucket @{}: {message}; running it anyway (--allow-kernel-change)",
+            pkg.path.display(),
+            b.graph
+        );
+    }
+    tracing::info!(
+        ms = start.elapsed().as_secs_f64() * 1e3,
+        "kernel fingerprints checked"
+    );
+    Ok(())
 }
 
 /// Whether `pkg` was compiled with `--target rk3588`.

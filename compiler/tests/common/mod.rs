@@ -49,6 +49,19 @@ pub fn slmcc(args: &[&str]) -> Output {
         .expect("run slmcc")
 }
 
+/// Runs `slmcc` from the repository root with `env` set, logging warnings
+/// without colour.
+pub fn slmcc_env(env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slmcc"))
+        .args(args)
+        .current_dir(repo())
+        .envs(env.iter().copied())
+        .env("SLMCC_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run slmcc")
+}
+
 /// A fresh, empty folder for one test: `slmcc-NAME-PID` in the temporary
 /// directory.
 pub fn scratch_dir(name: &str) -> PathBuf {

@@ -240,11 +240,15 @@ impl LoadedProduct {
         assert_eq!(x.len(), m * k, "activations");
         // 1. Per-row quantization, as the reference.
         sc.params.clear();
+        let round_down = slmcc_backends::mutant::active("npu-rounding");
         for (row, q) in x.chunks_exact(k).zip(sc.xq.chunks_exact_mut(k)) {
             let (s, z) = activation_params(row);
             sc.params.push((s, z as i32));
             for (q, &v) in q.iter_mut().zip(row) {
-                *q = quantize_activation(v, s, z) as i8;
+                *q = match round_down {
+                    true => ((v / s).floor() + z).clamp(-128.0, 127.0) as i8,
+                    false => quantize_activation(v, s, z) as i8,
+                };
             }
         }
         // 2. The feature cubes.

@@ -153,6 +153,12 @@ pub struct BucketEntry {
     /// is not used again.
     #[prost(message, repeated, tag = "7")]
     pub npu: Vec<ProductProgram>,
+    /// The fingerprint of the host kernels the compiler lowered this graph
+    /// to (`slmcc_backends::cpu::fingerprint`): a runtime that would
+    /// JIT-compile other kernels for it refuses the package unless told
+    /// to run it anyway. Empty in packages made before fingerprints.
+    #[prost(bytes = "vec", tag = "8")]
+    pub kernel_fingerprint: Vec<u8>,
 }
 
 /// A relocatable object file with one kernel per node of a bucket graph.

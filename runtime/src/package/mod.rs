@@ -299,6 +299,7 @@ pub fn bucket_entry(module: &Module, graph: &str) -> Result<BucketEntry, String>
         ir: print_module(&one),
         kernels: None,
         npu: Vec::new(),
+        kernel_fingerprint: Vec::new(),
     })
 }
 

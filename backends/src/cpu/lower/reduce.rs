@@ -321,6 +321,10 @@ fn rms_row(
     })?;
     let nf = kb.b.ins().f32const(hidden as f32);
     let ms = kb.b.ins().fdiv(ss, nf);
+    let eps = match crate::mutant::active("rms-norm-eps") {
+        true => 2.0 * eps,
+        false => eps,
+    };
     let e = kb.b.ins().f32const(eps);
     let me = kb.b.ins().fadd(ms, e);
     let sd = kb.b.ins().sqrt(me);
