@@ -1009,7 +1009,11 @@ With --self, the values are slmcc's own on --backend (and --quant), and the
 manifest's tolerance for that backend (or quantization) is 0: `golden check
 DIR --backend B [--quant Q]` then passes only while the numerics stay bit
 for bit the same (self-goldens: what catches a kernel change in a W8A8 or
-W4A8 path, or on the NPU, where FP32 tolerances cannot).
+W4A8 path, or on the NPU, where FP32 tolerances cannot). With --self, MODEL
+may be a package (.slmpkg): its bucket graphs run as compiled, the inputs
+padded into the smallest bucket that holds them as `golden check` pads
+them, every value of that bucket recorded whole, under the tolerance key
+of the package's own quantization (`--quant` is refused).
 
 Example:
   slmcc golden record testdata/models/qwen2.onnx -o goldens-qwen2 \\
@@ -1021,7 +1025,7 @@ Example:
 
 #[derive(Args, Debug)]
 pub struct GoldenRecordArgs {
-    /// The ONNX model.
+    /// The ONNX model, or with --self a package (.slmpkg).
     pub model: PathBuf,
     /// The folder to write (must not exist, or be empty).
     #[arg(short, long, value_name = "DIR")]

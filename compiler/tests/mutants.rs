@@ -114,6 +114,61 @@ fn self_goldens_catch_swapped_qmatmul_rows_on_both_quantized_paths() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A W8A8 rk3588 package's self-goldens, recorded from the package as
+/// compiled, pass bit for bit on `npu-sim` and `cpu`, and catch the NPU
+/// path's rounding mutant at its first `qmatmul`.
+#[test]
+fn a_packages_self_goldens_are_checked_bit_for_bit() {
+    let dir = scratch_dir("mutants-package-self");
+    let pkg = dir.join("qwen2.slmpkg");
+    let o = slmcc_env(
+        &[],
+        &[
+            "compile",
+            "testdata/models/qwen2.onnx",
+            "--target",
+            "rk3588",
+            "--buckets",
+            "16",
+            "-o",
+            s(&pkg),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let goldens = dir.join("self");
+    let record = |extra: &[&str]| {
+        let mut args = vec![
+            "golden",
+            "record",
+            s(&pkg),
+            "-o",
+            s(&goldens),
+            "--input",
+            INPUT,
+        ];
+        args.extend(extra);
+        slmcc_env(&[], &args)
+    };
+    refused(&record(&[]), "record a package's own values with --self");
+    refused(
+        &record(&["--self", "--quant", "w8a8"]),
+        "a package is recorded as it was compiled",
+    );
+    let o = record(&["--self", "--backend", "npu-sim"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for backend in ["npu-sim", "cpu"] {
+        let o = check(&[], s(&goldens), &["--backend", backend]);
+        assert!(o.status.success(), "{backend}: {}", stdout(&o));
+    }
+    let env = [("SLMCC_KERNEL_MUTANT", "npu-rounding")];
+    let line = first_divergence(
+        &check(&env, s(&goldens), &["--backend", "npu-sim"]),
+        "npu-rounding",
+    );
+    assert!(line.contains("produced by `qmatmul` node"), "{line}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_package_compiled_before_a_kernel_change_is_refused() {
     let dir = scratch_dir("mutants-package");

@@ -358,7 +358,11 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
 /// The tolerance key a check of `model` reads: for a package, the
 /// quantization it was compiled with (`w8a8`, ...) or, unquantized, the
 /// backend's; for a model, what `--quant` and `--backend` ask for.
-fn tolerance_for(model: &Path, quant: &Quant, backend: BackendArg) -> anyhow::Result<String> {
+pub(super) fn tolerance_for(
+    model: &Path,
+    quant: &Quant,
+    backend: BackendArg,
+) -> anyhow::Result<String> {
     if model.extension().is_none_or(|e| e != "slmpkg") {
         return Ok(tolerance_key(quant, backend).to_string());
     }

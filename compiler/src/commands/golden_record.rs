@@ -6,7 +6,8 @@
 //! the fused graph's values; a Python helper (`golden_record.py`, embedded)
 //! runs onnxruntime with those values added as outputs and writes each one.
 //! With `--self` the values are slmcc's own on a backend (quantized or not)
-//! and the tolerance is 0: self-goldens, compared bit for bit.
+//! and the tolerance is 0: self-goldens, compared bit for bit; a package's
+//! are its bucket graphs' as compiled, run as `golden check` runs them.
 //! Everything is written to a temporary folder beside DIR and renamed into
 //! place at the end, so a failed record leaves nothing.
 
@@ -19,14 +20,15 @@ use slmcc_ir::Tensor;
 use slmcc_runtime::npy;
 use slmcc_runtime::package::{hex, sha256_file};
 
+use slmcc_runtime::bucket::{Buckets, Padding};
 use slmcc_runtime::Capture;
 
 use super::load::{
-    calibrate, computed_inputs_dropped, entry_graph, execute, load_module, prepare_quantized,
-    read_tensor, Backend,
+    bucket_base, calibrate, computed_inputs_dropped, entry_graph, execute, load_module,
+    prepare_quantized, read_tensor, Backend, Loaded,
 };
 use super::opt::partial_path;
-use crate::cli::{GoldenRecordArgs, QuantScheme};
+use crate::cli::{GoldenRecordArgs, PackageKeys, QuantScheme};
 use crate::exit::CmdResult;
 use slmcc_passes::transforms::decoder_inputs;
 
@@ -42,9 +44,10 @@ pub fn record(args: GoldenRecordArgs) -> CmdResult {
 
 fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
     let model = &args.model;
-    if model.extension().is_none_or(|e| e != "onnx") {
+    let is_package = model.extension().is_some_and(|e| e == "slmpkg");
+    if model.extension().is_none_or(|e| e != "onnx") && !is_package {
         bail!(
-            "{}: golden record takes an ONNX model (.onnx)",
+            "{}: golden record takes an ONNX model (.onnx), or a package (.slmpkg) with --self",
             model.display()
         );
     }
@@ -56,6 +59,9 @@ fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
         );
     }
     let inputs = read_inputs(args)?;
+    if is_package {
+        return record_package(args, inputs);
+    }
     let quant = args.quant.get(QuantScheme::None)?;
     if !args.ours && quant.is_some() {
         bail!("--quant records slmcc's own values: give --self (onnxruntime's are FP32)");
@@ -106,21 +112,93 @@ fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
             values.push(name.clone());
         }
     }
-    let tmp = partial_path(out);
     let source = match args.ours {
         true => Source::Slmcc {
             module: &module,
-            quant: &quant,
+            graph,
+            inputs: ours,
+            tolerance_key: super::golden::tolerance_key(&quant, args.backend).to_string(),
+            label: super::golden::run_label(&quant, args.backend),
         },
         false => Source::Onnxruntime,
     };
-    let written = write_record(args, &tmp, &inputs, &values, source).and_then(|()| {
+    write_into_place(args, &inputs, &values, source)
+}
+
+/// Writes the record into a temporary folder beside `--output` and
+/// renames it into place; a failure leaves nothing.
+fn write_into_place(
+    args: &GoldenRecordArgs,
+    inputs: &[(String, Tensor)],
+    values: &[String],
+    source: Source<'_>,
+) -> anyhow::Result<()> {
+    let out = &args.output;
+    let tmp = partial_path(out);
+    let written = write_record(args, &tmp, inputs, values, source).and_then(|()| {
         std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))
     });
     if written.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
     written
+}
+
+/// Self-goldens of a package, as `golden check` runs it: the inputs padded
+/// into the smallest bucket that holds them, that bucket graph run as
+/// compiled on `--backend`, and every `f32` value it computes recorded
+/// whole (padding included: the check pads the same way), under the
+/// tolerance key of the package's own quantization.
+fn record_package(args: &GoldenRecordArgs, inputs: Vec<(String, Tensor)>) -> anyhow::Result<()> {
+    let model = &args.model;
+    if !args.ours {
+        bail!(
+            "{}: onnxruntime runs ONNX models; record a package's own values with --self",
+            model.display()
+        );
+    }
+    if args.quant.quant.is_some() {
+        bail!(
+            "{}: a package is recorded as it was compiled; --quant applies to models",
+            model.display()
+        );
+    }
+    let module = Loaded::load(model, &PackageKeys::default())?.module;
+    let at = |e: &dyn std::fmt::Display| anyhow!("{}: {e}", model.display());
+    let buckets = Buckets::new(&module, &bucket_base(&module, model)?).map_err(|e| at(&e))?;
+    let smallest = buckets.pick(0).ok_or_else(|| at(&"no bucket graphs"))?.0;
+    let names: Vec<&str> = smallest
+        .inputs
+        .iter()
+        .map(|&v| smallest.value(v).name.as_str())
+        .collect();
+    let named = name_inputs(inputs, &names, model)?;
+    let ours = computed_inputs_dropped(smallest, named.clone())?;
+    let (graph, _, padded, _) = buckets
+        .padded(&ours, Padding::default())
+        .map_err(|e| at(&e))?;
+    // What the graph computes: not its constants.
+    let mut values: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.op, slmcc_ir::Op::Constant(_)))
+        .flat_map(|n| n.outputs.iter().map(|&v| graph.value(v).name.clone()))
+        .collect();
+    for &v in &graph.outputs {
+        let name = &graph.value(v).name;
+        if !values.contains(name) {
+            values.push(name.clone());
+        }
+    }
+    let tolerance_key = super::golden::tolerance_for(model, &None, args.backend)?;
+    let source = Source::Slmcc {
+        module: &module,
+        graph,
+        inputs: padded,
+        label: format!("package, {}", args.backend.name()),
+        tolerance_key,
+    };
+    write_into_place(args, &named, &values, source)
 }
 
 /// The inputs as given: `(name, file, tensor)`, the name empty where a
@@ -229,10 +307,16 @@ fn with_computed_inputs(
 enum Source<'a> {
     /// onnxruntime, through the Python helper.
     Onnxruntime,
-    /// slmcc itself on `--backend`: the fused (and quantized) module.
+    /// slmcc itself on `--backend`: `graph` of the fused (and quantized)
+    /// module, or a package's bucket graph, run on `inputs` as given.
     Slmcc {
         module: &'a slmcc_ir::Module,
-        quant: &'a slmcc::pipeline::Quant,
+        graph: &'a slmcc_ir::Graph,
+        inputs: Vec<(String, Tensor)>,
+        /// The manifest's `tolerances` key that `golden check` reads.
+        tolerance_key: String,
+        /// What ran, for the manifest's `source`.
+        label: String,
     },
 }
 
@@ -265,7 +349,22 @@ fn write_record(
     }
     let recorded = match source {
         Source::Onnxruntime => from_onnxruntime(args, dir, &case, feeds, values)?,
-        Source::Slmcc { module, quant } => from_slmcc(args, module, quant, &case, inputs, values)?,
+        Source::Slmcc {
+            module,
+            graph,
+            inputs,
+            tolerance_key,
+            label,
+        } => from_slmcc(
+            args,
+            module,
+            graph,
+            &inputs,
+            &case,
+            values,
+            &tolerance_key,
+            &label,
+        )?,
     };
     if recorded.values.is_empty() {
         bail!(
@@ -303,19 +402,20 @@ fn write_record(
     Ok(())
 }
 
-/// slmcc's own values on `--backend`: every one of `values` that is f32,
-/// with tolerance 0 under the key `golden check` will look up for the
-/// same `--backend` and `--quant`.
+/// slmcc's own values on `--backend`: every one of `values` that `graph`
+/// computes in `f32`, with tolerance 0 under `key`, which `golden check`
+/// looks up for the same `--backend` and `--quant` (a package: its own).
+#[allow(clippy::too_many_arguments)]
 fn from_slmcc(
     args: &GoldenRecordArgs,
     module: &slmcc_ir::Module,
-    quant: &slmcc::pipeline::Quant,
-    case: &Path,
+    graph: &slmcc_ir::Graph,
     inputs: &[(String, Tensor)],
+    case: &Path,
     values: &[String],
+    key: &str,
+    label: &str,
 ) -> anyhow::Result<Recorded> {
-    let graph = entry_graph(module)?;
-    let inputs = computed_inputs_dropped(graph, inputs.to_vec())?;
     let capture = Capture::Names(values.iter().cloned().collect());
     let cpu = args.threads.cpu_options();
     let result = execute(
@@ -323,7 +423,7 @@ fn from_slmcc(
         &cpu,
         module,
         graph,
-        &inputs,
+        inputs,
         &capture,
     )
     .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;
@@ -343,8 +443,6 @@ fn from_slmcc(
         npy::write(&case.join(&file), t).map_err(|e| anyhow!(e))?;
         recorded.push((name.clone(), file, t.shape().to_vec()));
     }
-    let key = super::golden::tolerance_key(quant, args.backend);
-    let label = super::golden::run_label(quant, args.backend);
     Ok(Recorded {
         values: recorded,
         source: format!(
