@@ -81,7 +81,8 @@ pub fn to_egraph(g: &Graph, module: &Module) -> Result<Encoded, String> {
 
 /// Builds the graph an extracted expression computes: inputs as in
 /// `template`, outputs from `roots` in order, result `k` of each node named
-/// by `names[(node, k)]` or a fresh name built from its op's mnemonic. A
+/// by `names[(node, k)]` or a fresh name built from its op's mnemonic that
+/// no value of `template` had. A
 /// root whose node does not carry its output's name (an input, a weight, a
 /// value two outputs share) gets an `identity` under that name.
 pub fn to_graph(
@@ -100,6 +101,10 @@ pub fn to_graph(
     }
     let mut reserved: HashSet<&str> = names.values().map(String::as_str).collect();
     reserved.extend(output_names.iter().map(String::as_str));
+    // A new node never takes the name of a value of the input graph that
+    // extraction dropped: that name means another value (the exporter's,
+    // which goldens record by name).
+    reserved.extend(template.values().map(|(_, v)| v.name.as_str()));
     let fresh = |g: &mut Graph, hint: &str| {
         let mut name = g.fresh_name(hint);
         while reserved.contains(name.as_str()) {
