@@ -72,7 +72,8 @@ pub use threads::MAX_THREADS;
 
 /// The version of the cpu kernel library: the kernel ABI and what each op
 /// lowers to. Packages record it in their version set; bump it when the ABI
-/// or a kernel's results change.
+/// changes. A change of a kernel's results needs no bump to be seen: the
+/// packages' kernel fingerprints ([`fingerprint`]) catch it.
 pub const KERNEL_LIBRARY: &str = "slmcc-cpu-kernels 3 (cranelift 0.135, gemm 0.19)";
 
 /// Code generation choices.
