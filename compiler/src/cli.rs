@@ -1053,6 +1053,18 @@ pub struct GoldenRecordArgs {
     /// With --self: the model quantized as `golden check --quant` runs it.
     #[command(flatten)]
     pub quant: QuantArgs,
+    /// Without --self: also run slmcc with each of these quantizations on
+    /// cpu, measure how far its values land from onnxruntime's, and write
+    /// the manifest's `tolerances.<scheme>` for `golden check --quant`:
+    /// the worst value's max_rel x1.5 and 1 - its cosine x2.
+    #[arg(
+        long,
+        value_name = "SCHEME,...",
+        value_enum,
+        value_delimiter = ',',
+        conflicts_with = "ours"
+    )]
+    pub quant_tolerances: Vec<QuantScheme>,
     #[command(flatten)]
     pub threads: ThreadsArgs,
 }

@@ -254,6 +254,59 @@ fn golden_record_records_every_value_that_check_then_matches() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--quant-tolerances` measures the quantized runs against the FP32
+/// values it records and writes their tolerances, which `golden check
+/// --quant` then reads and passes.
+#[test]
+fn golden_record_measures_quantized_tolerances() {
+    let dir = common::scratch_dir("record-quant");
+    let out = dir.join("qwen2");
+    let o = common::slmcc(&[
+        "golden",
+        "record",
+        "testdata/models/qwen2.onnx",
+        "-o",
+        out.to_str().unwrap(),
+        "--input",
+        "input_ids=goldens/qwen2/seq5/input_ids.npy",
+        "--quant-tolerances",
+        "w8a8,w4a8",
+    ]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    for (scheme, at_most) in [("w8a8", 0.1), ("w4a8", 1.0)] {
+        let t = &manifest["tolerances"][scheme];
+        let max_rel = t["max_rel"].as_f64().unwrap();
+        // A measured error with margin: above zero, below what would let
+        // anything through.
+        assert!(max_rel > 0.0 && max_rel < at_most, "{scheme}: {t}");
+        assert!(t["min_cosine"].as_f64().unwrap() > 0.5, "{scheme}: {t}");
+        let o = common::slmcc(&[
+            "golden",
+            "check",
+            out.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--quant",
+            scheme,
+        ]);
+        assert!(o.status.success(), "{scheme}: {}", common::stdout(&o));
+    }
+    let o = common::slmcc(&[
+        "golden",
+        "record",
+        "testdata/models/qwen2.onnx",
+        "-o",
+        dir.join("never").to_str().unwrap(),
+        "--self",
+        "--quant-tolerances",
+        "w8a8",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The CI recipe of docs/GOLDENS.md, as a user's CI runs it
 /// (docs/examples/goldens-ci.sh): record once, then check.
 #[test]

@@ -42,6 +42,15 @@ pub struct RunResult {
     pub symbols: HashMap<String, i64>,
 }
 
+impl RunResult {
+    /// The value named `name`: a captured one, else a graph output.
+    pub fn value(&self, name: &str) -> Option<&Arc<Tensor>> {
+        self.captured
+            .get(name)
+            .or_else(|| self.outputs.iter().find(|(n, _)| n == name).map(|(_, t)| t))
+    }
+}
+
 /// A failure to run, naming the graph and, when a node is at fault, the node and op.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("graph @{graph}{}: {message}", node.as_ref().map(|n| format!(", node {n}")).unwrap_or_default())]

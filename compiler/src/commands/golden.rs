@@ -252,23 +252,13 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
                 "layer", "max_abs", "max_rel", "cosine"
             );
             for l in &case.layers {
-                let got = result
-                    .captured
-                    .get(&l.value)
-                    .or_else(|| {
-                        result
-                            .outputs
-                            .iter()
-                            .find(|(n, _)| *n == l.value)
-                            .map(|(_, t)| t)
-                    })
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "layer `{}`: value `{}` is not computed by the graph",
-                            l.layer,
-                            l.value
-                        )
-                    })?;
+                let got = result.value(&l.value).ok_or_else(|| {
+                    anyhow!(
+                        "layer `{}`: value `{}` is not computed by the graph",
+                        l.layer,
+                        l.value
+                    )
+                })?;
                 let want = npy::read(&l.file).map_err(|e| anyhow!(e))?;
                 let got = match cut {
                     Some((bucket, len)) => cut_to_length(got, want.shape(), bucket, len),

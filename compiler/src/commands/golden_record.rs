@@ -348,7 +348,14 @@ fn write_record(
         feeds.insert(name.clone(), json!(case.join(&file)));
     }
     let recorded = match source {
-        Source::Onnxruntime => from_onnxruntime(args, dir, &case, feeds, values)?,
+        Source::Onnxruntime => {
+            let mut recorded = from_onnxruntime(args, dir, &case, feeds, values)?;
+            for &scheme in &args.quant_tolerances {
+                let (key, tolerance) = quantized_tolerance(args, scheme, inputs, &case, &recorded)?;
+                recorded.tolerances[key] = tolerance;
+            }
+            recorded
+        }
         Source::Slmcc {
             module,
             graph,
@@ -429,13 +436,7 @@ fn from_slmcc(
     .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;
     let mut recorded = Vec::new();
     for name in values {
-        let tensor = result.captured.get(name).or_else(|| {
-            result
-                .outputs
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, t)| t)
-        });
+        let tensor = result.value(name);
         let Some(t) = tensor.filter(|t| t.dtype() == slmcc_ir::DType::F32) else {
             continue;
         };
@@ -451,6 +452,72 @@ fn from_slmcc(
         ),
         tolerances: json!({ key: {"max_rel": 0.0} }),
     })
+}
+
+/// The tolerance of `scheme` (`--quant-tolerances`): slmcc's values with
+/// the model quantized so, on cpu, against the FP32 values just recorded
+/// in `case`; the worst value's `max_rel` x1.5 and `1 - cosine` x2, the
+/// margins `testdata/models/goldens.py` uses. Returns the manifest key
+/// `golden check --quant` reads, and the tolerance.
+fn quantized_tolerance(
+    args: &GoldenRecordArgs,
+    scheme: QuantScheme,
+    inputs: &[(String, Tensor)],
+    case: &Path,
+    fp32: &Recorded,
+) -> anyhow::Result<(String, Json)> {
+    let model = &args.model;
+    let quant_args = crate::cli::QuantArgs {
+        quant: Some(scheme),
+        ..args.quant.clone()
+    };
+    let quant = quant_args.get(QuantScheme::None)?;
+    let mut module = load_module(model)?;
+    let cpu = args.threads.cpu_options();
+    calibrate(&mut module, &quant_args, &quant, model, &cpu)?;
+    prepare_quantized(&mut module, quant, None, model)?;
+    let graph = entry_graph(&module)?;
+    let feeds = computed_inputs_dropped(graph, inputs.to_vec())?;
+    let names = fp32.values.iter().map(|(n, _, _)| n.clone()).collect();
+    let result = execute(
+        Backend::Cpu,
+        &cpu,
+        &module,
+        graph,
+        &feeds,
+        &Capture::Names(names),
+    )
+    .map_err(|e| anyhow!("{}: {e}", model.display()))?;
+    let key = super::golden::tolerance_key(&quant, crate::cli::BackendArg::Cpu).to_string();
+    let (mut worst_rel, mut worst_cosine) = (0f64, 1f64);
+    for (name, file, _) in &fp32.values {
+        let got = result.value(name);
+        // A value quantization folds away (a weight's product) has no
+        // counterpart: `golden check --quant` names it if it looks for it.
+        let Some(got) = got else { continue };
+        let want = npy::read(&case.join(file)).map_err(|e| anyhow!(e))?;
+        let d = slmcc_runtime::compare::diff(got, &want)
+            .map_err(|e| anyhow!("{}: `{name}` with {key}: {e}", model.display()))?;
+        worst_rel = worst_rel.max(d.max_rel);
+        worst_cosine = worst_cosine.min(d.cosine);
+    }
+    let tolerance = json!({
+        "max_rel": round_up(worst_rel * 1.5),
+        "min_cosine": 1.0 - round_up((1.0 - worst_cosine) * 2.0),
+    });
+    eprintln!(
+        "{key}: worst value max_rel {worst_rel:.3e}, cosine {worst_cosine:.6}; tolerance {tolerance}"
+    );
+    Ok((key, tolerance))
+}
+
+/// `x` rounded up to two significant digits (a tolerance reads better so).
+fn round_up(x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    let scale = 10f64.powi(x.log10().floor() as i32 - 1);
+    (x / scale).ceil() * scale
 }
 
 /// onnxruntime's values, through the Python helper.
