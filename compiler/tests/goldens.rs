@@ -108,7 +108,10 @@ fn every_golden_model_stays_within_tolerance_on_npu_sim() {
 /// A copy of the qwen2 goldens whose input is a `.pb` TensorProto passes;
 /// one whose `model_sha256` names another model is refused with exit 2.
 #[test]
-fn inputs_may_be_pb_and_the_model_hash_is_checked() {
+/// `.pb` inputs are read; a changed model hash, an unknown value name, an
+/// input of the wrong dtype or shape and a folder without a manifest are
+/// refused with exit 2, naming what is wrong.
+fn golden_check_reads_pb_inputs_and_refuses_bad_folders() {
     let dir = std::env::temp_dir().join(format!("slmcc-goldens-pb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("seq5")).unwrap();
@@ -159,6 +162,7 @@ fn inputs_may_be_pb_and_the_model_hash_is_checked() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(out.contains("all 5 layers within tolerance"), "{out}");
+    let good = j.clone();
     j["model_sha256"] = serde_json::Value::String("00".repeat(32));
     let o = check(&j);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -167,6 +171,46 @@ fn inputs_may_be_pb_and_the_model_hash_is_checked() {
         err.contains("but the goldens were recorded from 0000"),
         "{err}"
     );
+    // Bad inputs and names: exit 2, naming what is wrong.
+    let refused = |j: &serde_json::Value, want: &str| {
+        let o = check(j);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{want}: {err}");
+        assert!(err.contains(want), "want `{want}`: {err}");
+    };
+    let mut j = good.clone();
+    j["cases"][0]["layers"][0]["value"] = "no_such_value".into();
+    refused(
+        &j,
+        "case seq5, layer `model.embed_tokens`: value `no_such_value` is not computed by the graph",
+    );
+    let ids = slmcc_runtime::npy::read(&src.join("seq5/input_ids.npy")).unwrap();
+    let as_f32 = slmcc_ir::Tensor::from_f32(ids.shape().to_vec(), vec![1.0; ids.len()]);
+    slmcc_runtime::npy::write(&dir.join("seq5/f32.npy"), &as_f32).unwrap();
+    let flat = slmcc_ir::Tensor::from_i64(vec![ids.len()], ids.to_i64_vec());
+    slmcc_runtime::npy::write(&dir.join("seq5/flat.npy"), &flat).unwrap();
+    for (file, want) in [
+        (
+            "f32.npy",
+            "input `input_ids` is f32[1, 5], the graph expects i64[1, seq]",
+        ),
+        (
+            "flat.npy",
+            "input `input_ids` has shape [5], the graph expects [1, seq]",
+        ),
+    ] {
+        let mut j = good.clone();
+        j["cases"][0]["inputs"]["input_ids"] = format!("seq5/{file}").into();
+        refused(&j, want);
+    }
+    std::fs::remove_file(dir.join("manifest.json")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_slmcc"))
+        .args(["golden", "check"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("manifest.json: No such file"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -254,7 +254,9 @@ fn check(args: GoldenCheckArgs) -> CmdResult {
             for l in &case.layers {
                 let got = result.value(&l.value).ok_or_else(|| {
                     anyhow!(
-                        "layer `{}`: value `{}` is not computed by the graph",
+                        "{}: case {}, layer `{}`: value `{}` is not computed by the graph",
+                        m.dir.display(),
+                        case.name,
                         l.layer,
                         l.value
                     )
