@@ -106,11 +106,10 @@ fn every_golden_model_stays_within_tolerance_on_npu_sim() {
 }
 
 /// A copy of the qwen2 goldens whose input is a `.pb` TensorProto passes;
-/// one whose `model_sha256` names another model is refused with exit 2.
-#[test]
-/// `.pb` inputs are read; a changed model hash, an unknown value name, an
+/// a `model_sha256` that names another model, an unknown value name, an
 /// input of the wrong dtype or shape and a folder without a manifest are
 /// refused with exit 2, naming what is wrong.
+#[test]
 fn golden_check_reads_pb_inputs_and_refuses_bad_folders() {
     let dir = std::env::temp_dir().join(format!("slmcc-goldens-pb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
