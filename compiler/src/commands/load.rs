@@ -335,12 +335,7 @@ impl Loaded {
 /// fingerprints are not checked.
 fn check_kernel_fingerprints(pkg: &Package, module: &Module, allow: bool) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
-    let hex = |b: &[u8]| {
-        b[..b.len().min(6)]
-            .iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<String>()
-    };
+    let hex = |b: &[u8]| slmcc_runtime::package::hex(&b[..b.len().min(6)]);
     for b in &pkg.manifest.buckets {
         let carried = b
             .kernels
