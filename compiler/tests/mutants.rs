@@ -15,20 +15,9 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{refused, s, scratch_dir, slmcc_env, stderr, stdout};
+use common::{first_divergence, refused, s, scratch_dir, slmcc_env, stderr, stdout};
 
 const INPUT: &str = "input_ids=goldens/qwen2/seq5/input_ids.npy";
-
-/// The `first divergence` line of a failed check, after asserting that
-/// the check failed (exit 1).
-fn first_divergence(o: &Output, what: &str) -> String {
-    assert_eq!(o.status.code(), Some(1), "{what}: {}", stderr(o));
-    stdout(o)
-        .lines()
-        .find(|l| l.starts_with("first divergence"))
-        .unwrap_or_else(|| panic!("{what}: no divergence named:\n{}", stdout(o)))
-        .to_string()
-}
 
 /// `golden record` of qwen2 into `dir` with `flags` (none: onnxruntime's
 /// FP32 values; `--self ...`: ours).
@@ -43,6 +32,23 @@ fn record(dir: &Path, flags: &[&str]) {
         INPUT,
     ];
     args.extend(flags);
+    let o = slmcc_env(&[], &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `slmcc compile` of qwen2 for `target` into `pkg`, bucket 16 (clean
+/// kernels: no mutant).
+fn compile_qwen2(pkg: &Path, target: &str) {
+    let args = [
+        "compile",
+        "testdata/models/qwen2.onnx",
+        "--target",
+        target,
+        "--buckets",
+        "16",
+        "-o",
+        s(pkg),
+    ];
     let o = slmcc_env(&[], &args);
     assert!(o.status.success(), "{}", stderr(&o));
 }
@@ -121,20 +127,7 @@ fn self_goldens_catch_swapped_qmatmul_rows_on_both_quantized_paths() {
 fn a_packages_self_goldens_are_checked_bit_for_bit() {
     let dir = scratch_dir("mutants-package-self");
     let pkg = dir.join("qwen2.slmpkg");
-    let o = slmcc_env(
-        &[],
-        &[
-            "compile",
-            "testdata/models/qwen2.onnx",
-            "--target",
-            "rk3588",
-            "--buckets",
-            "16",
-            "-o",
-            s(&pkg),
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    compile_qwen2(&pkg, "rk3588");
     let goldens = dir.join("self");
     let record = |extra: &[&str]| {
         let mut args = vec![
@@ -173,20 +166,7 @@ fn a_packages_self_goldens_are_checked_bit_for_bit() {
 fn a_package_compiled_before_a_kernel_change_is_refused() {
     let dir = scratch_dir("mutants-package");
     let pkg = dir.join("qwen2.slmpkg");
-    let o = slmcc_env(
-        &[],
-        &[
-            "compile",
-            "testdata/models/qwen2.onnx",
-            "--target",
-            "cpu",
-            "--buckets",
-            "16",
-            "-o",
-            s(&pkg),
-        ],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    compile_qwen2(&pkg, "cpu");
     let run = |env: &[(&str, &str)], extra: &[&str]| {
         let mut args = vec!["run", s(&pkg), "--input", INPUT];
         args.extend(extra);

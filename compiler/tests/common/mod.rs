@@ -62,6 +62,17 @@ pub fn slmcc_env(env: &[(&str, &str)], args: &[&str]) -> Output {
         .expect("run slmcc")
 }
 
+/// The `first divergence` line of a failed `golden check`, after
+/// asserting that the check failed (exit 1); `what` labels the failures.
+pub fn first_divergence(o: &Output, what: &str) -> String {
+    assert_eq!(o.status.code(), Some(1), "{what}: {}", stderr(o));
+    stdout(o)
+        .lines()
+        .find(|l| l.starts_with("first divergence"))
+        .unwrap_or_else(|| panic!("{what}: no divergence named:\n{}", stdout(o)))
+        .to_string()
+}
+
 /// A fresh, empty folder for one test: `slmcc-NAME-PID` in the temporary
 /// directory.
 pub fn scratch_dir(name: &str) -> PathBuf {
