@@ -60,8 +60,15 @@ pub fn kernel_fingerprint(graph: &Graph) -> Result<[u8; 32], CpuError> {
     Ok(h.finalize().into())
 }
 
-/// The bits of every helper's results on fixed inputs.
-fn helper_probe() -> Vec<u8> {
+/// The bits of every helper's results on fixed inputs, computed once per
+/// process (every bucket's fingerprint reads them).
+fn helper_probe() -> &'static [u8] {
+    static PROBE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    PROBE.get_or_init(probe_helpers)
+}
+
+/// What [`helper_probe`] holds.
+fn probe_helpers() -> Vec<u8> {
     const X: [f32; 8] = [-87.5, -3.25, -0.75, -1e-3, 0.0, 0.5, 2.75, 40.0];
     let unary: [extern "C" fn(f32) -> f32; 9] = [
         slmcc_expf,

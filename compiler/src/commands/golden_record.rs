@@ -113,13 +113,13 @@ fn record_goldens(args: &GoldenRecordArgs) -> anyhow::Result<()> {
         }
     }
     let source = match args.ours {
-        true => Source::Slmcc {
+        true => Source::Slmcc(SelfRun {
             module: &module,
             graph,
             inputs: ours,
             tolerance_key: super::golden::tolerance_key(&quant, args.backend).to_string(),
             label: super::golden::run_label(&quant, args.backend),
-        },
+        }),
         false => Source::Onnxruntime,
     };
     write_into_place(args, &inputs, &values, source)
@@ -191,13 +191,13 @@ fn record_package(args: &GoldenRecordArgs, inputs: Vec<(String, Tensor)>) -> any
         }
     }
     let tolerance_key = super::golden::tolerance_for(model, &None, args.backend)?;
-    let source = Source::Slmcc {
+    let source = Source::Slmcc(SelfRun {
         module: &module,
         graph,
         inputs: padded,
         label: format!("package, {}", args.backend.name()),
         tolerance_key,
-    };
+    });
     write_into_place(args, &named, &values, source)
 }
 
@@ -307,17 +307,20 @@ fn with_computed_inputs(
 enum Source<'a> {
     /// onnxruntime, through the Python helper.
     Onnxruntime,
-    /// slmcc itself on `--backend`: `graph` of the fused (and quantized)
-    /// module, or a package's bucket graph, run on `inputs` as given.
-    Slmcc {
-        module: &'a slmcc_ir::Module,
-        graph: &'a slmcc_ir::Graph,
-        inputs: Vec<(String, Tensor)>,
-        /// The manifest's `tolerances` key that `golden check` reads.
-        tolerance_key: String,
-        /// What ran, for the manifest's `source`.
-        label: String,
-    },
+    /// slmcc itself on `--backend`.
+    Slmcc(SelfRun<'a>),
+}
+
+/// What `--self` runs: `graph` of the fused (and quantized) module, or a
+/// package's bucket graph, on `inputs` as given.
+struct SelfRun<'a> {
+    module: &'a slmcc_ir::Module,
+    graph: &'a slmcc_ir::Graph,
+    inputs: Vec<(String, Tensor)>,
+    /// The manifest's `tolerances` key that `golden check` reads.
+    tolerance_key: String,
+    /// What ran, for the manifest's `source`.
+    label: String,
 }
 
 /// What a source recorded: each value's name, file (in the case folder)
@@ -356,22 +359,7 @@ fn write_record(
             }
             recorded
         }
-        Source::Slmcc {
-            module,
-            graph,
-            inputs,
-            tolerance_key,
-            label,
-        } => from_slmcc(
-            args,
-            module,
-            graph,
-            &inputs,
-            &case,
-            values,
-            &tolerance_key,
-            &label,
-        )?,
+        Source::Slmcc(run) => from_slmcc(args, &run, &case, values)?,
     };
     if recorded.values.is_empty() {
         bail!(
@@ -409,28 +397,24 @@ fn write_record(
     Ok(())
 }
 
-/// slmcc's own values on `--backend`: every one of `values` that `graph`
-/// computes in `f32`, with tolerance 0 under `key`, which `golden check`
-/// looks up for the same `--backend` and `--quant` (a package: its own).
-#[allow(clippy::too_many_arguments)]
+/// slmcc's own values on `--backend`: every one of `values` that the run's
+/// graph computes in `f32`, with tolerance 0 under its key, which `golden
+/// check` looks up for the same `--backend` and `--quant` (a package: its
+/// own).
 fn from_slmcc(
     args: &GoldenRecordArgs,
-    module: &slmcc_ir::Module,
-    graph: &slmcc_ir::Graph,
-    inputs: &[(String, Tensor)],
+    run: &SelfRun<'_>,
     case: &Path,
     values: &[String],
-    key: &str,
-    label: &str,
 ) -> anyhow::Result<Recorded> {
     let capture = Capture::Names(values.iter().cloned().collect());
     let cpu = args.threads.cpu_options();
     let result = execute(
         Backend::from(args.backend),
         &cpu,
-        module,
-        graph,
-        inputs,
+        run.module,
+        run.graph,
+        &run.inputs,
         &capture,
     )
     .map_err(|e| anyhow!("{}: {e}", args.model.display()))?;
@@ -447,10 +431,11 @@ fn from_slmcc(
     Ok(Recorded {
         values: recorded,
         source: format!(
-            "slmcc {} ({label}): self-goldens, compared bit for bit",
-            env!("CARGO_PKG_VERSION")
+            "slmcc {} ({}): self-goldens, compared bit for bit",
+            env!("CARGO_PKG_VERSION"),
+            run.label
         ),
-        tolerances: json!({ key: {"max_rel": 0.0} }),
+        tolerances: json!({ &run.tolerance_key: {"max_rel": 0.0} }),
     })
 }
 
