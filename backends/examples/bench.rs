@@ -150,8 +150,10 @@ fn main() {
         &options,
     );
     println!("softmax [8, 128, 128]: {:9.1} us", s * 1e6);
-    for (s_len, causal) in [(128, true), (1, false)] {
-        let t_len = 128;
+    // Attention: the generated row kernel, then the host attention
+    // (prefill rows) on 1 and 2 threads; GFLOP/s of the multiply-adds the
+    // causal range leaves (decode rows stay generated in all three).
+    for (s_len, t_len, causal) in [(128, 128, true), (512, 512, true), (1, 128, false)] {
         let op = Attention {
             causal,
             ..Attention::new(2, 0.125)
@@ -161,12 +163,20 @@ fn main() {
             vec![1, 2, t_len, 64],
             vec![1, 2, t_len, 64],
         ];
-        let s = time(Op::Attention(op), &shapes, &options);
-        let flops = 4.0 * (8 * s_len * t_len * 64) as f64;
+        let keys: usize = (0..s_len)
+            .map(|i| {
+                if causal {
+                    (i + t_len - s_len + 1).min(t_len)
+                } else {
+                    t_len
+                }
+            })
+            .sum();
+        let flops = 4.0 * (8 * keys * 64) as f64;
+        let [g, h1, h2] = products(&Op::Attention(op), &shapes, flops, &options);
         println!(
-            "attention q[1,8,{s_len},64] kv[1,2,{t_len},64] causal={causal}: {:9.1} us  {:6.2} GFLOP/s (dense count)",
-            s * 1e6,
-            flops / s / 1e9
+            "attention q[1,8,{s_len},64] kv[1,2,{t_len},64]{} {g:7.1} {h1:7.1} {h2:7.1}",
+            if causal { " causal" } else { "       " }
         );
     }
 }

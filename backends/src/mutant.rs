@@ -7,7 +7,8 @@
 //! - `rms-norm-eps`: the cpu `rms_norm` and `add_rms_norm` kernels add
 //!   twice the epsilon;
 //! - `exp-coefficient`: the fast vector `exp` (softmax, attention,
-//!   sigmoid) uses 0.501 for its `x²` coefficient instead of 0.5;
+//!   sigmoid; the host attention's too) uses 0.501 for its `x²`
+//!   coefficient instead of 0.5;
 //! - `npu-rounding`: the NPU products round the activations' codes down
 //!   instead of to nearest even (one quantization step on about half of
 //!   them).

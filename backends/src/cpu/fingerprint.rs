@@ -8,8 +8,8 @@
 //! - the kernel library's version ([`super::KERNEL_LIBRARY`]);
 //! - the Cranelift IR of every kernel of the graph, as this binary lowers
 //!   it with [`fingerprint_options`];
-//! - the results of the helpers the kernels call (the math functions and
-//!   the host GEMM) on fixed probe inputs.
+//! - the results of the helpers the kernels call (the math functions, the
+//!   host GEMM and the host attention) on fixed probe inputs.
 //!
 //! Cranelift IR rather than machine code: every constant, operation and
 //! order of the lowering is in it, while register allocation and
@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use slmcc_ir::Graph;
 
 use super::compile::{for_each_kernel_ir, host_isa};
+use super::hostattn::{slmcc_attention, AttentionDesc, BLOCK_ROWS, TILE_KEYS};
 use super::math::{
     slmcc_cosf, slmcc_erff, slmcc_expf, slmcc_gelu_erff, slmcc_gelu_tanhf, slmcc_logf, slmcc_modf,
     slmcc_pow, slmcc_powf, slmcc_sigmoidf, slmcc_sinf, slmcc_tanhf,
@@ -118,6 +119,33 @@ fn probe_helpers() -> Vec<u8> {
         )
     };
     for v in c {
+        out.extend(v.to_bits().to_le_bytes());
+    }
+    // The host attention on a causal problem of two blocks and two tiles.
+    let desc = AttentionDesc {
+        b: 1,
+        hq: 2,
+        hkv: 1,
+        s: BLOCK_ROWS as u64 + 3,
+        t: TILE_KEYS as u64 + 9,
+        d: 5,
+        dv: 3,
+        window: 0,
+        scale: 0.4,
+        softcap: 0.0,
+        causal: 1,
+        threads: 1,
+        exp_x2: 0.5,
+    };
+    let (s, t) = (desc.s as usize, desc.t as usize);
+    let wave = |n: usize, f: usize| -> Vec<f32> {
+        (0..n).map(|i| ((i * f % 17) as f32 - 8.0) / 5.0).collect()
+    };
+    let (q, k, v) = (wave(2 * s * 5, 3), wave(t * 5, 7), wave(t * 3, 5));
+    let mut o = vec![0f32; 2 * s * 3];
+    // SAFETY: q, k, v and o have the descriptor's shapes.
+    unsafe { slmcc_attention(&desc, q.as_ptr(), k.as_ptr(), v.as_ptr(), o.as_mut_ptr()) };
+    for v in o {
         out.extend(v.to_bits().to_le_bytes());
     }
     out

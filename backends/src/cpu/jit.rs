@@ -54,6 +54,7 @@ impl JitProgram {
         let symbols = host_symbols()
             .into_iter()
             .chain(hostgemm::host_symbols())
+            .chain(super::hostattn::host_symbols())
             .chain(super::hostqgemm::host_symbols());
         for (name, ptr) in symbols {
             builder.symbol(name, ptr);

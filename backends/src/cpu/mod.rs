@@ -31,8 +31,10 @@
 //!
 //! On the host (JIT), large matrix products instead call the host GEMM
 //! [`hostgemm`] (`slmcc_sgemm`, built on the `gemm` crate's micro-kernels,
-//! linked like the math helpers; [`CpuOptions::host_gemm`]), which alone
-//! uses several threads ([`CpuOptions::threads`], fixed when a kernel is
+//! linked like the math helpers; [`CpuOptions::host_gemm`]), and
+//! attention over many query rows calls the host attention [`hostattn`]
+//! (`slmcc_attention`, blocked over both GEMMs); these alone use several
+//! threads ([`CpuOptions::threads`], fixed when a kernel is
 //! compiled; the pool of [`threads`]). AOT
 //! objects keep the generated GEMM. The quantized products call the
 //! runtime's integer dot-product kernel [`hostqgemm`] (`slmcc_qgemm`;
@@ -52,13 +54,15 @@
 //! module), [`jit`] (host JIT; the runtime's executor runs the kernels),
 //! [`aot`] (object files for aarch64), [`fingerprint`] (what pins a
 //! package's host numerics), [`math`] (the helpers kernels call), [`vmath`] (inline vector math),
-//! [`hostgemm`] (the host GEMM kernels call), [`threads`] (the kernels'
+//! [`hostgemm`] (the host GEMM kernels call), [`hostattn`] (the host
+//! attention they call for prefill), [`threads`] (the kernels'
 //! thread count and pool).
 
 pub mod aot;
 pub mod compile;
 pub mod emit;
 pub mod fingerprint;
+pub mod hostattn;
 pub mod hostgemm;
 pub mod hostqgemm;
 pub mod jit;

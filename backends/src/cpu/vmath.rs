@@ -21,13 +21,13 @@ use super::CpuError;
 
 /// `1.5 · 2²³`: adding it rounds an `f32` of magnitude below `2²²` to an
 /// integer, which its low mantissa bits then hold.
-const ROUND_MAGIC: f32 = 12_582_912.0;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
+pub(crate) const ROUND_MAGIC: f32 = 12_582_912.0;
+pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// `ln 2 = C1 + C2`, with `C1` exact in 9 bits.
-const C1: f32 = 0.693_359_4;
-const C2: f32 = -2.121_944_4e-4;
+pub(crate) const C1: f32 = 0.693_359_4;
+pub(crate) const C2: f32 = -2.121_944_4e-4;
 /// Cephes' `expf` polynomial, highest degree first.
-const P: [f32; 6] = [
+pub(crate) const P: [f32; 6] = [
     1.987_569_1e-4,
     1.398_199_9e-3,
     8.333_452e-3,

@@ -6,6 +6,12 @@
 //! sliding-window key range, soft-capping and an optional float (additive)
 //! or bool (keep) mask, as `slmcc_ir::ops::attention` defines it.
 //!
+//! With the host GEMM on (the JIT's default), a node of more than one
+//! query row with `f32` keys and values and no mask operand is one call
+//! of the host attention ([`hostattn`]: blocked GEMMs with the online
+//! softmax between them) instead; the rest of this module is the
+//! generated kernel every other node gets.
+//!
 //! One query row at a time (loops over batch, KV head, query head of the
 //! group, query position), so query head `h` reads KV head `h / group`
 //! without copying K or V. For a row, the causal and window masks become
@@ -47,6 +53,7 @@ use super::dtype;
 use super::row::{each, exp_sum, row_max};
 use super::{unsupported, NodeSig};
 use crate::cpu::emit::{broadcast_strides, KernelBuilder, Ptr, Width};
+use crate::cpu::hostattn;
 use crate::cpu::math::MathFn;
 use crate::cpu::vmath;
 use crate::cpu::CpuError;
@@ -146,6 +153,9 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
         v_row: dv as i64 * kv_bytes + scale_bytes,
         mask,
     };
+    if host_attention(kb, &plan, sig) {
+        return call_host_attention(kb, &plan, b, hq, hkv, sig.inputs.len());
+    }
     let tile = t.min(TILE);
     let buf = kb.stack_buf((tile * 4) as u32);
     let (qb, kbuf, vb) = (kb.buf(0), kb.buf(1), kb.buf(2));
@@ -196,6 +206,75 @@ pub fn attention(kb: &mut KernelBuilder, op: &Attention, sig: &NodeSig) -> Resul
             })
         })
     })
+}
+
+/// Whether the node goes to the host attention ([`hostattn`]): with the
+/// host GEMM on, `f32` keys and values, no mask operand, more than one
+/// query row (prefill; a decode row stays generated, where the call and
+/// its tiles would cost more than they save) and heads that fit its tiles.
+fn host_attention(kb: &KernelBuilder, plan: &Plan, sig: &NodeSig) -> bool {
+    kb.host_gemm
+        && plan.kv == DType::F32
+        && sig.outputs[0].dtype == DType::F32
+        && plan.mask.is_none()
+        && plan.s > 1
+        && (1..=hostattn::MAX_HEAD).contains(&plan.d)
+        && (1..=hostattn::MAX_HEAD).contains(&plan.dv)
+}
+
+/// Emits `slmcc_attention(&desc, q, k, v, out)` with the node's
+/// descriptor built on the kernel's stack.
+fn call_host_attention(
+    kb: &mut KernelBuilder,
+    plan: &Plan,
+    b: usize,
+    hq: usize,
+    hkv: usize,
+    out_buf: usize,
+) -> Result<(), CpuError> {
+    use hostattn::desc_offsets as at;
+    let desc = kb.stack_buf(at::SIZE);
+    let flags = MemFlagsData::new().with_notrap();
+    let dims = [
+        (at::B, b),
+        (at::HQ, hq),
+        (at::HKV, hkv),
+        (at::S, plan.s),
+        (at::T, plan.t),
+        (at::D, plan.d),
+        (at::DV, plan.dv),
+        (at::WINDOW, plan.op.window.max(0) as usize),
+    ];
+    for (offset, v) in dims {
+        let v = kb.iconst(v as i64);
+        kb.b.ins().store(flags, v, desc, offset);
+    }
+    // The exp's r² coefficient (0.5; see `crate::mutant`).
+    let exp_x2 = match crate::mutant::active("exp-coefficient") {
+        true => 0.501,
+        false => 0.5,
+    };
+    let floats = [
+        (at::SCALE, plan.op.scale),
+        (at::SOFTCAP, plan.op.softcap),
+        (at::EXP_X2, exp_x2),
+    ];
+    for (offset, v) in floats {
+        let v = kb.b.ins().f32const(v);
+        kb.b.ins().store(flags, v, desc, offset);
+    }
+    let words = [
+        (at::CAUSAL, i64::from(plan.op.causal)),
+        (at::THREADS, kb.threads as i64),
+    ];
+    for (offset, v) in words {
+        let v = kb.b.ins().iconst(types::I32, v);
+        kb.b.ins().store(flags, v, desc, offset);
+    }
+    let f = kb.import_host(hostattn::ATTENTION_SYMBOL, &[types::I64; 5], &[])?;
+    let args = [desc, kb.buf(0), kb.buf(1), kb.buf(2), kb.buf(out_buf)];
+    kb.b.ins().call(f, &args);
+    Ok(())
 }
 
 /// Writes the scores of keys `j0 .. j0 + len` of `row` to `buf`.
