@@ -102,13 +102,14 @@ fn matmuls_agree_with_the_reference() {
 #[test]
 fn gated_mlps_agree_with_the_reference() {
     let mut rng = Lcg(12);
-    // The last two overflow one `up` tile (32 Ki elements): full tiles,
-    // remainder columns and remainder rows.
+    // The last three overflow one `up` tile (32 Ki elements): full tiles,
+    // remainder columns, and (past 512 rows) remainder rows.
     for (rows, hidden, inter) in [
         (vec![1], 96, 700),
         (vec![1, 7], 33, 130),
         (vec![2, 35], 33, 600),
         (vec![1, 130], 520, 300),
+        (vec![1, 600], 40, 200),
     ] {
         let mut xs = rows.clone();
         xs.push(hidden);

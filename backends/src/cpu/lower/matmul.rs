@@ -93,6 +93,13 @@ pub const HOST_GEMM_MIN_N: usize = 8;
 /// Most stack bytes of a gated MLP's `up` tile on the host GEMM path.
 pub const HOST_UP_BYTES: usize = 128 * 1024;
 
+/// Most rows of a gated MLP's `up` tile on the host GEMM path.
+const UP_TILE_ROWS: usize = 512;
+
+/// The columns of a gated MLP's `up` tile are a multiple of this (one
+/// AVX-512 panel of the host GEMM), and at least this many.
+const UP_TILE_COLS: usize = 64;
+
 /// Whether an `m × k × n` product goes to the host GEMM.
 fn host_product(kb: &KernelBuilder, m: usize, k: usize, n: usize) -> bool {
     kb.host_gemm && n >= HOST_GEMM_MIN_N && m * k * n >= HOST_GEMM_MIN_MACS
@@ -725,11 +732,16 @@ fn host_glu(
         inter,
     );
     let max_elems = HOST_UP_BYTES / 4;
+    // Tall, narrow tiles: every row (up to `UP_TILE_ROWS`) of a strip of
+    // columns, so that each call packs its strip of `w_up` once and every
+    // row tile of `x` runs over it (short, wide tiles packed the same
+    // columns again for every block of rows).
     let (tr, tc) = if rows * inter <= max_elems {
         (rows, inter)
     } else {
-        let tc = inter.min(512);
-        (rows.min(max_elems / tc).max(1), tc)
+        let tr = rows.min(UP_TILE_ROWS);
+        let tc = (max_elems / tr / UP_TILE_COLS * UP_TILE_COLS).max(UP_TILE_COLS);
+        (rows.min(max_elems / tc).max(1), tc.min(inter))
     };
     let ubuf = kb.stack_buf((tr * tc * 4) as u32);
     let (full_r, rem_r) = (rows / tr, rows % tr);
