@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_MODELS)]
     models: Vec<String>,
     /// Prefill lengths (tokens).
-    #[arg(long, value_delimiter = ',', default_value = "1,32,128")]
+    #[arg(long, value_delimiter = ',', default_value = "1,32,128,512")]
     lens: Vec<usize>,
     /// Threads for every engine.
     #[arg(long, default_value_t = 1)]
