@@ -559,6 +559,32 @@ mod tests {
     }
 
     #[test]
+    fn the_offsets_kernels_store_at_are_the_descriptors() {
+        use std::mem::{offset_of, size_of};
+        let at = |o: usize| o as i32;
+        assert_eq!(desc_offsets::B, at(offset_of!(AttentionDesc, b)));
+        assert_eq!(desc_offsets::HQ, at(offset_of!(AttentionDesc, hq)));
+        assert_eq!(desc_offsets::HKV, at(offset_of!(AttentionDesc, hkv)));
+        assert_eq!(desc_offsets::S, at(offset_of!(AttentionDesc, s)));
+        assert_eq!(desc_offsets::T, at(offset_of!(AttentionDesc, t)));
+        assert_eq!(desc_offsets::D, at(offset_of!(AttentionDesc, d)));
+        assert_eq!(desc_offsets::DV, at(offset_of!(AttentionDesc, dv)));
+        assert_eq!(desc_offsets::WINDOW, at(offset_of!(AttentionDesc, window)));
+        assert_eq!(desc_offsets::SCALE, at(offset_of!(AttentionDesc, scale)));
+        assert_eq!(
+            desc_offsets::SOFTCAP,
+            at(offset_of!(AttentionDesc, softcap))
+        );
+        assert_eq!(desc_offsets::CAUSAL, at(offset_of!(AttentionDesc, causal)));
+        assert_eq!(
+            desc_offsets::THREADS,
+            at(offset_of!(AttentionDesc, threads))
+        );
+        assert_eq!(desc_offsets::EXP_X2, at(offset_of!(AttentionDesc, exp_x2)));
+        assert_eq!(desc_offsets::SIZE as usize, size_of::<AttentionDesc>());
+    }
+
+    #[test]
     fn exp_cephes_is_within_a_few_ulps_of_exp() {
         let mut x = -87.0f32;
         while x <= 88.0 {
