@@ -5,7 +5,7 @@
 //! [`slmcc_attention`] is an `extern "C"` function that kernels import by
 //! symbol, like [`super::hostgemm::slmcc_sgemm`]: the JIT links it, an AOT
 //! object never calls it. The lowering
-//! ([`super::lower::attention`]) calls it for `f32` queries, keys and
+//! (`cpu/lower/attention.rs`) calls it for `f32` queries, keys and
 //! values with no mask operand and more than one query row, when the
 //! host GEMM is on; everything else (decode rows, half and INT8 caches,
 //! masks) keeps the generated row kernel.
@@ -58,7 +58,7 @@ pub const TILE_KEYS: usize = 256;
 /// `min(TILE_KEYS, KT_ELEMS / d)` keys.
 const KT_ELEMS: usize = 32 * 1024;
 
-/// Largest head size ([`KT_ELEMS`] / 8: a tile of at least 8 keys).
+/// Largest head size (`KT_ELEMS / 8`: a tile of at least 8 keys).
 pub const MAX_HEAD: usize = KT_ELEMS / 8;
 
 /// Fewest multiply-adds of a call for which its blocks are split over
@@ -356,38 +356,28 @@ fn exp_shifted(x: &mut [f32], max: f32, x2: f32) -> f32 {
 /// operations in the same order either way (no contraction into FMA), so
 /// the results do not depend on the path.
 mod wide {
-    #[cfg(target_arch = "x86_64")]
-    fn avx2() -> bool {
-        std::arch::is_x86_feature_detected!("avx2")
+    /// `pub fn NAME(ARGS) -> R`: [`super`]'s `NAME`, through a copy
+    /// compiled with AVX2 where the CPU has it.
+    macro_rules! widest {
+        ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+            #[doc = concat!("[`super::", stringify!($name), "`].")]
+            pub fn $name($($arg: $ty),*) -> $ret {
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    #[target_feature(enable = "avx2")]
+                    fn run($($arg: $ty),*) -> $ret {
+                        super::$name($($arg),*)
+                    }
+                    // SAFETY: the CPU has AVX2.
+                    return unsafe { run($($arg),*) };
+                }
+                super::$name($($arg),*)
+            }
+        };
     }
 
-    /// [`super::scale_cap_max`].
-    pub fn scale_cap_max(x: &mut [f32], scale: f32, softcap: f32) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if avx2() {
-            #[target_feature(enable = "avx2")]
-            fn run(x: &mut [f32], scale: f32, softcap: f32) -> f32 {
-                super::scale_cap_max(x, scale, softcap)
-            }
-            // SAFETY: the CPU has AVX2.
-            return unsafe { run(x, scale, softcap) };
-        }
-        super::scale_cap_max(x, scale, softcap)
-    }
-
-    /// [`super::exp_shifted`].
-    pub fn exp_shifted(x: &mut [f32], max: f32, x2: f32) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if avx2() {
-            #[target_feature(enable = "avx2")]
-            fn run(x: &mut [f32], max: f32, x2: f32) -> f32 {
-                super::exp_shifted(x, max, x2)
-            }
-            // SAFETY: the CPU has AVX2.
-            return unsafe { run(x, max, x2) };
-        }
-        super::exp_shifted(x, max, x2)
-    }
+    widest!(scale_cap_max(x: &mut [f32], scale: f32, softcap: f32) -> f32);
+    widest!(exp_shifted(x: &mut [f32], max: f32, x2: f32) -> f32);
 }
 
 /// `e^x` as the kernels' inline vector `exp` computes it
