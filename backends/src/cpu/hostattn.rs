@@ -93,6 +93,13 @@ pub struct AttentionDesc {
     pub exp_x2: f32,
 }
 
+impl AttentionDesc {
+    /// `[b, hq, hkv, s, t, d, dv]` as sizes.
+    fn sizes(&self) -> [usize; 7] {
+        [self.b, self.hq, self.hkv, self.s, self.t, self.d, self.dv].map(|x| x as usize)
+    }
+}
+
 /// Byte offsets of [`AttentionDesc`]'s fields, for the kernels that
 /// store one.
 pub mod desc_offsets {
@@ -194,13 +201,7 @@ struct KeysT([f32; KT_ELEMS]);
 /// Block `task` (batch, query head, row block, in that order).
 unsafe fn attend_block(ops: Operands, task: usize, blocks_per_head: usize) {
     let desc = ops.desc;
-    let (s, t, d, dv) = (
-        desc.s as usize,
-        desc.t as usize,
-        desc.d as usize,
-        desc.dv as usize,
-    );
-    let (hq, hkv) = (desc.hq as usize, desc.hkv as usize);
+    let [_, hq, hkv, s, t, d, dv] = desc.sizes();
     let nh = task / blocks_per_head;
     let (n, h) = (nh / hq, nh % hq);
     let kvh = h / (hq / hkv);
@@ -414,13 +415,7 @@ mod tests {
 
     /// Attention in f64, straight from the op's definition.
     fn reference(desc: &AttentionDesc, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
-        let (b, hq, hkv) = (desc.b as usize, desc.hq as usize, desc.hkv as usize);
-        let (s, t, d, dv) = (
-            desc.s as usize,
-            desc.t as usize,
-            desc.d as usize,
-            desc.dv as usize,
-        );
+        let [b, hq, hkv, s, t, d, dv] = desc.sizes();
         let mut out = vec![0f32; b * hq * s * dv];
         for n in 0..b {
             for h in 0..hq {
@@ -473,13 +468,7 @@ mod tests {
     }
 
     fn check(desc: AttentionDesc) {
-        let (b, hq, hkv) = (desc.b as usize, desc.hq as usize, desc.hkv as usize);
-        let (s, t, d, dv) = (
-            desc.s as usize,
-            desc.t as usize,
-            desc.d as usize,
-            desc.dv as usize,
-        );
+        let [b, hq, hkv, s, t, d, dv] = desc.sizes();
         let q = values(b * hq * s * d, 1);
         let k = values(b * hkv * t * d, 2);
         let v = values(b * hkv * t * dv, 3);
